@@ -1,0 +1,85 @@
+"""The DQN agent: epsilon-greedy acting from the exploration stream, the Q-learning update
+(Huber loss against a target network), and the target copy."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from reprodqn.network import build_q_network
+
+
+class DQNAgent:
+    def __init__(self, agent_config, n_actions: int, history_length: int, screen_size: int,
+                 device: torch.device, init_generator: torch.Generator):
+        self.config = agent_config
+        self.n_actions = n_actions
+        self.device = device
+        self.online = build_q_network(agent_config.network, n_actions, history_length,
+                                      screen_size, init_generator).to(device)
+        self.target = copy.deepcopy(self.online).requires_grad_(False)
+        # foreach=False: the same per-tensor kernels on every device
+        self.optimizer = torch.optim.RMSprop(
+            self.online.parameters(), lr=agent_config.learning_rate,
+            alpha=agent_config.rmsprop_alpha, eps=agent_config.rmsprop_eps, foreach=False,
+        )
+
+    # -- acting ------------------------------------------------------------------------------
+    def act(self, state: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:
+        """One uniform draw decides; a second picks the random action (the authors' order)."""
+        if rng.random() < epsilon:
+            return int(rng.integers(self.n_actions))
+        return self.greedy_action(state)
+
+    @torch.inference_mode()
+    def greedy_action(self, state: np.ndarray) -> int:
+        frames = torch.from_numpy(state).to(self.device).unsqueeze(0)
+        return int(self.online(frames).argmax(dim=1).item())
+
+    # -- learning ----------------------------------------------------------------------------
+    def update(self, batch: dict[str, np.ndarray]) -> torch.Tensor:
+        """One RMSprop step on a minibatch; returns the loss (a 0-d tensor on the device)."""
+        device = self.device
+        states = torch.from_numpy(batch["states"]).to(device)
+        next_states = torch.from_numpy(batch["next_states"]).to(device)
+        actions = torch.from_numpy(batch["actions"].astype(np.int64)).to(device)
+        rewards = torch.from_numpy(batch["rewards"]).to(device)
+        not_terminal = torch.from_numpy(~batch["terminals"]).to(device)
+        with torch.no_grad():
+            next_q = self.target(next_states).max(dim=1).values
+            targets = rewards + self.config.discount * next_q * not_terminal
+        q = self.online(states).gather(1, actions.unsqueeze(1)).squeeze(1)
+        loss = F.smooth_l1_loss(q, targets)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def sync_target(self) -> None:
+        self.target.load_state_dict(self.online.state_dict())
+
+    # -- exact resume ------------------------------------------------------------------------
+    def get_state(self) -> dict[str, torch.Tensor]:
+        tensors = {f"online.{k}": v for k, v in self.online.state_dict().items()}
+        tensors.update({f"target.{k}": v for k, v in self.target.state_dict().items()})
+        for index, slot in self.optimizer.state_dict()["state"].items():
+            for key, value in slot.items():
+                tensors[f"optimizer.{index}.{key}"] = value
+        return {k: v.detach().cpu().clone() for k, v in tensors.items()}
+
+    def set_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        def section(prefix):
+            return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+        self.online.load_state_dict(section("online."))
+        self.target.load_state_dict(section("target."))
+        slots: dict[int, dict] = {}
+        for key, value in section("optimizer.").items():
+            index, name = key.split(".", 1)
+            slots.setdefault(int(index), {})[name] = value
+        optimizer_state = self.optimizer.state_dict()
+        optimizer_state["state"] = slots
+        self.optimizer.load_state_dict(optimizer_state)

@@ -1,0 +1,184 @@
+"""Breakout through ale-py, stepped one emulator frame at a time as in the authors' code.
+
+Written on ale-py's ALEInterface rather than gymnasium's AtariPreprocessing or ale-py's
+vector env: those grayscale before max-pooling, resize with INTER_AREA, draw no-ops and
+sticky actions from their own generators, and cannot replay a start sequence frame by frame
+or relaunch the ball after a life loss. The paper's protocol needs all of that.
+
+Preprocessing (paper's code): max over the last two RGB screens -> grayscale -> 84x84
+bilinear. OpenCV's INTER_LINEAR_EXACT and its integer RGB->gray are bit-exact across CPUs.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+from ale_py import ALEInterface, ALEState, LoggerMode, roms
+
+NOOP, FIRE = 0, 1
+SCREEN_SHAPE = (210, 160, 3)
+
+cv2.setNumThreads(1)  # 84x84 frames gain nothing from threads; keep OpenCV off other cores
+ALEInterface.setLoggerMode(LoggerMode.Error)
+
+
+def preprocess(screens: np.ndarray, size: int) -> np.ndarray:
+    """Two RGB screens (2, 210, 160, 3) -> one (size, size) uint8 frame."""
+    pooled = np.maximum(screens[0], screens[1])
+    gray = cv2.cvtColor(pooled, cv2.COLOR_RGB2GRAY)
+    return cv2.resize(gray, (size, size), interpolation=cv2.INTER_LINEAR_EXACT)
+
+
+class Emulator:
+    """One Atari game. Sticky actions are drawn per frame from the sticky stream (ALE's own
+    sticky actions and its seed are switched off so no hidden generator is involved)."""
+
+    def __init__(self, game: str, sticky_p: float, sticky_rng: np.random.Generator | None,
+                 screen_size: int):
+        if sticky_p > 0 and sticky_rng is None:
+            raise ValueError("sticky actions need a sticky stream")
+        self.ale = ALEInterface()
+        self.ale.setInt("random_seed", 0)  # fixed: never ALE's time seed; its RNG is unused
+        self.ale.setFloat("repeat_action_probability", 0.0)
+        self.ale.setInt("frame_skip", 1)
+        self.ale.setInt("max_num_frames_per_episode", 0)
+        self.ale.loadROM(roms.get_rom_path(game))
+        self.action_set = tuple(int(a.value) for a in self.ale.getMinimalActionSet())
+        self.sticky_p = sticky_p
+        self.sticky_rng = sticky_rng
+        self.screen_size = screen_size
+        self.prev_action = NOOP
+        self._screens = np.zeros((2, *SCREEN_SHAPE), dtype=np.uint8)
+        self._slot = 0
+
+    # -- one emulator frame ------------------------------------------------------------------
+    def act(self, ale_action: int) -> int:
+        """Play one frame; with probability sticky_p the previous action is repeated."""
+        if self.sticky_p > 0 and self.sticky_rng.random() < self.sticky_p:
+            ale_action = self.prev_action
+        self.prev_action = ale_action
+        return self.ale.act(ale_action)
+
+    def capture(self) -> None:
+        """Keep the current screen; the next observe() max-pools the last two kept."""
+        self.ale.getScreenRGB(self._screens[self._slot])
+        self._slot ^= 1
+
+    def observe(self) -> np.ndarray:
+        return preprocess(self._screens, self.screen_size)
+
+    # -- one agent step ----------------------------------------------------------------------
+    def repeat(self, ale_action: int, frames: int) -> int:
+        """Play `frames` frames of one action, keep the last two screens; the raw reward sum."""
+        reward = 0
+        for i in range(frames):
+            reward += self.act(ale_action)
+            if i >= frames - 2:
+                self.capture()
+        return reward
+
+    def relaunch(self) -> None:
+        """After a life loss in evaluation: each minimal action once, rewards not counted
+        (the authors' action sweep, so FIRE relaunches the ball)."""
+        for action in self.action_set:
+            self.act(action)
+            self.capture()
+
+    def reset_game(self) -> None:
+        self.ale.reset_game()
+        self.prev_action = NOOP
+
+    def lives(self) -> int:
+        return self.ale.lives()
+
+    def game_over(self) -> bool:
+        return self.ale.game_over()
+
+    # -- exact resume ------------------------------------------------------------------------
+    def get_state(self) -> dict:
+        return {
+            "ale": self.ale.cloneState(include_rng=True).serialize(),
+            "prev_action": self.prev_action,
+            "screens": self._screens.copy(),
+            "slot": self._slot,
+        }
+
+    def set_state(self, state: dict) -> None:
+        self.ale.restoreState(ALEState(state["ale"]))
+        self.prev_action = int(state["prev_action"])
+        self._screens[...] = state["screens"]
+        self._slot = int(state["slot"])
+
+
+class TrainingEnv:
+    """The training side of the protocol: episodes start with no-ops from the noop stream,
+    a life loss ends the episode (the game goes on), long episodes are truncated."""
+
+    def __init__(self, env_config, sticky_rng: np.random.Generator | None,
+                 noop_rng: np.random.Generator):
+        self.config = env_config
+        self.emulator = Emulator(env_config.game, env_config.sticky_p, sticky_rng,
+                                 env_config.screen_size)
+        self.noop_rng = noop_rng
+        self.n_actions = len(self.emulator.action_set)
+        self.lives = 0
+        self.episode_frames = 0
+
+    def begin_episode(self) -> np.ndarray:
+        """Start a training episode (a new game if the last one is over); its first frame."""
+        emu = self.emulator
+        if emu.game_over() or self.episode_frames >= self.config.max_episode_frames:
+            emu.reset_game()
+        noop_max = self.config.noop_max
+        noops = int(self.noop_rng.integers(1, noop_max + 1)) if noop_max > 0 else 0
+        for _ in range(noops):
+            emu.act(NOOP)
+            emu.capture()
+        if noops == 1:  # the authors' code needs two screens to max-pool
+            emu.act(NOOP)
+            emu.capture()
+        elif noops == 0:
+            emu.capture()
+            emu.capture()
+        self.lives = emu.lives()
+        self.episode_frames = 0
+        return emu.observe()
+
+    def step(self, action_index: int) -> tuple[np.ndarray, int, bool, bool, bool]:
+        """One agent step: (frame, raw reward, terminal, truncated, game over)."""
+        emu = self.emulator
+        skip = self.config.frame_skip
+        reward = emu.repeat(emu.action_set[action_index], skip)
+        self.episode_frames += skip
+        game_over = emu.game_over()
+        lives = emu.lives()
+        life_lost = lives < self.lives
+        self.lives = lives
+        terminal = game_over or (life_lost and self.config.life_loss_ends_episode)
+        truncated = not terminal and self.episode_frames >= self.config.max_episode_frames
+        return emu.observe(), reward, terminal, truncated, game_over
+
+    def get_state(self) -> dict:
+        return {"emulator": self.emulator.get_state(), "lives": self.lives,
+                "episode_frames": self.episode_frames}
+
+    def set_state(self, state: dict) -> None:
+        self.emulator.set_state(state["emulator"])
+        self.lives = int(state["lives"])
+        self.episode_frames = int(state["episode_frames"])
+
+
+class FrameHistory:
+    """The last `length` frames of the current episode, zeros before its first frame
+    (as the authors' State, and as replay rebuilds stacks)."""
+
+    def __init__(self, length: int, size: int):
+        self.frames = np.zeros((length, size, size), dtype=np.uint8)
+
+    def reset(self, first_frame: np.ndarray) -> None:
+        self.frames[:-1] = 0
+        self.frames[-1] = first_frame
+
+    def push(self, frame: np.ndarray) -> None:
+        self.frames[:-1] = self.frames[1:]
+        self.frames[-1] = frame

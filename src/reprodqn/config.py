@@ -1,0 +1,320 @@
+"""params.yaml, loaded once and validated into frozen, typed objects.
+
+This is the one place for defaults and for input errors: every other module receives a
+validated config and trusts it. Each field's description is its documentation; units are
+agent steps (one action, = `frame_skip` emulator frames) unless a name says frames.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from reprodqn.errors import InputError
+
+GROUP_NAMES = ("deterministic", "gpu", "environment", "exploration", "initialization", "minibatch")
+SEED_NAMES = ("init", "exploration", "minibatch", "sticky", "noop")
+
+PositiveInt = Annotated[int, Field(ge=1)]
+Seed = Annotated[int, Field(ge=0, lt=2**63)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class EnvConfig(_Frozen):
+    game: Literal["breakout"] = Field("breakout", description="Atari game (the paper: Breakout).")
+    frame_skip: PositiveInt = Field(4, description="Emulator frames per agent step.")
+    history_length: PositiveInt = Field(4, description="Preprocessed frames stacked per state.")
+    screen_size: PositiveInt = Field(84, description="Side of the square preprocessed frame.")
+    noop_max: Annotated[int, Field(ge=0)] = Field(
+        30, description="Training episodes start with 1..noop_max no-op frames (noop stream)."
+    )
+    sticky_p: Annotated[float, Field(ge=0.0, lt=1.0)] = Field(
+        0.0, description="Per-frame probability of repeating the previous action (sticky stream)."
+    )
+    life_loss_ends_episode: bool = Field(
+        True, description="A lost life ends the training episode (terminal for learning)."
+    )
+    max_episode_frames: PositiveInt = Field(
+        108_000, description="Training episodes are truncated (not ended) after this many frames."
+    )
+    reward_clip: Annotated[float, Field(gt=0.0)] = Field(
+        1.0, description="Learning rewards are clipped to [-reward_clip, reward_clip]."
+    )
+
+
+class AgentConfig(_Frozen):
+    network: Literal["nature", "nips"] = Field("nature", description="Q-network architecture.")
+    discount: Annotated[float, Field(gt=0.0, le=1.0)] = Field(0.99, description="Gamma.")
+    learning_rate: Annotated[float, Field(gt=0.0)] = Field(2.5e-4, description="RMSprop lr.")
+    rmsprop_alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = Field(0.95, description="Decay.")
+    rmsprop_eps: Annotated[float, Field(gt=0.0)] = Field(0.01, description="RMSprop epsilon.")
+    batch_size: PositiveInt = Field(32, description="Transitions per update.")
+    update_every: PositiveInt = Field(4, description="Agent steps between updates.")
+    target_sync_every: PositiveInt = Field(10_000, description="Agent steps between target copies.")
+    epsilon_start: Probability = Field(1.0, description="Exploration rate until learning starts.")
+    epsilon_final: Probability = Field(0.1, description="Exploration rate after annealing.")
+    epsilon_decay_steps: PositiveInt = Field(
+        1_000_000, description="Agent steps of linear annealing, counted from learning_starts."
+    )
+
+
+class ReplayConfig(_Frozen):
+    capacity: Annotated[int, Field(ge=8)] = Field(1_000_000, description="Transitions stored.")
+    learning_starts: Annotated[int, Field(ge=1)] = Field(
+        50_000, description="Agent steps of pure exploration before the first update."
+    )
+
+
+class TrainConfig(_Frozen):
+    steps: PositiveInt = Field(20_000_000, description="Agent steps of training.")
+    checkpoint_every: PositiveInt = Field(
+        250_000, description="Agent steps between weight checkpoints (the evaluation interval)."
+    )
+    resume_every: PositiveInt = Field(
+        1_000_000, description="Agent steps between resume points (full training state)."
+    )
+    log_every: PositiveInt = Field(10_000, description="Agent steps between process.jsonl lines.")
+
+
+class SeedsConfig(_Frozen):
+    init: Seed = Field(123, description="Network initialisation stream.")
+    exploration: Seed = Field(123, description="Epsilon-greedy stream.")
+    minibatch: Seed = Field(123, description="Replay sampling stream.")
+    sticky: Seed = Field(123, description="Sticky-action stream (used only when sticky_p > 0).")
+    noop: Seed = Field(123, description="No-op start stream.")
+
+
+class ComputeConfig(_Frozen):
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto = CUDA when available; the device used is recorded."
+    )
+    threads: PositiveInt = Field(
+        1, description="Torch intra-op threads; CPU results depend on it, so it is a param."
+    )
+    deterministic_gpu: bool = Field(
+        True, description="Deterministic CUDA algorithms, cuDNN flags, TF32 off."
+    )
+
+
+class GroupConfig(_Frozen):
+    vary: Literal["init", "exploration", "minibatch", "sticky"] | None = Field(
+        None, description="The seed that differs between this group's runs, if any."
+    )
+    seeds: list[Seed] = Field(default_factory=list, description="Run r uses seeds[r].")
+    set: dict[str, bool | int | float | str] = Field(
+        default_factory=dict, description="Dotted overrides of the base config for this group."
+    )
+
+
+class StudyConfig(_Frozen):
+    runs_per_group: PositiveInt = Field(5, description="Agents trained per group.")
+    groups: dict[str, GroupConfig] = Field(description="The six groups of the paper.")
+
+    @model_validator(mode="after")
+    def _groups_are_the_papers(self) -> StudyConfig:
+        unknown = sorted(set(self.groups) - set(GROUP_NAMES))
+        if unknown:
+            raise ValueError(f"unknown group {unknown[0]!r} (expected {', '.join(GROUP_NAMES)})")
+        for name, group in self.groups.items():
+            if group.vary and len(group.seeds) < self.runs_per_group:
+                raise ValueError(
+                    f"group {name!r} varies {group.vary} but lists {len(group.seeds)} seeds "
+                    f"for {self.runs_per_group} runs"
+                )
+        return self
+
+
+class EvaluationConfig(_Frozen):
+    episodes: PositiveInt = Field(100, description="Greedy episodes per checkpoint.")
+    max_frames: PositiveInt = Field(
+        18_000, description="Emulator frames of play after the start sequence (5 minutes)."
+    )
+    sticky_seed_start: Seed = Field(
+        0, description="Environment group: episode k uses sticky seed sticky_seed_start + k."
+    )
+
+
+class StartStatesConfig(_Frozen):
+    candidates: PositiveInt = Field(1000, description="Random start sequences generated.")
+    min_length: PositiveInt = Field(55, description="Shortest sequence, in emulator frames.")
+    max_length: PositiveInt = Field(95, description="Longest sequence, in emulator frames.")
+    top_k: PositiveInt = Field(250, description="Best-ranked candidates kept by max-Q.")
+    selected: PositiveInt = Field(100, description="Drawn from the top_k for evaluation.")
+    candidates_seed: Seed = Field(123, description="Candidates stream.")
+    selection_seed: Seed = Field(123, description="Selection stream.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StartStatesConfig:
+        if self.min_length > self.max_length:
+            raise ValueError("min_length must not exceed max_length")
+        if not self.selected <= self.top_k <= self.candidates:
+            raise ValueError("expected selected <= top_k <= candidates")
+        return self
+
+
+class RankerConfig(_Frozen):
+    steps: PositiveInt = Field(5_000_000, description="Agent steps of the ranking DQN.")
+    checkpoint: str | None = Field(
+        None, description="Use this weights file instead of training a ranker."
+    )
+
+
+class Params(_Frozen):
+    """Everything in params.yaml."""
+
+    env: EnvConfig
+    agent: AgentConfig
+    replay: ReplayConfig
+    train: TrainConfig
+    seeds: SeedsConfig
+    compute: ComputeConfig
+    study: StudyConfig
+    evaluation: EvaluationConfig = EvaluationConfig()
+    start_states: StartStatesConfig = StartStatesConfig()
+    ranker: RankerConfig = RankerConfig()
+
+    @model_validator(mode="after")
+    def _evaluation_fits(self) -> Params:
+        if self.evaluation.episodes > self.start_states.selected:
+            raise ValueError(
+                f"evaluation.episodes ({self.evaluation.episodes}) exceeds "
+                f"start_states.selected ({self.start_states.selected})"
+            )
+        return self
+
+
+class RunConfig(_Frozen):
+    """What one training run needs: the base config with its group's changes applied."""
+
+    group: str
+    run: Annotated[int, Field(ge=0)]
+    env: EnvConfig
+    agent: AgentConfig
+    replay: ReplayConfig
+    train: TrainConfig
+    seeds: SeedsConfig
+    compute: ComputeConfig
+
+    def digest(self) -> str:
+        """SHA-256 of everything that determines the run's outputs (not its name, nor the
+        resume interval, which changes when state is saved but no result)."""
+        body = self.model_dump(mode="json", exclude={"group": True, "run": True,
+                                                     "train": {"resume_every"}})
+        return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+RUN_SECTIONS = ("env", "agent", "replay", "train", "seeds", "compute")
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_params(path: str | Path = "params.yaml", overrides: list[str] | tuple = ()) -> Params:
+    """Read params.yaml, apply `--set key.path=value` overrides, validate. Raises InputError."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such params file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise InputError(f"{path}:{where} is not valid YAML") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: expected a mapping of sections at the top level")
+    origin = {}
+    for item in overrides:
+        key, value = _parse_override(item)
+        _set_dotted(raw, key, value, source=f"--set {item}")
+        origin[key] = f"--set {item}"
+    return _validate(Params, raw, str(path), origin)
+
+
+def resolve_run(params: Params, group: str, run: int) -> RunConfig:
+    """The config of run `run` of `group`: group overrides applied, the varied seed set."""
+    if group not in params.study.groups:
+        raise InputError(f"--group {group}: expected one of {', '.join(params.study.groups)}")
+    if not 0 <= run < params.study.runs_per_group:
+        raise InputError(f"--run {run}: expected 0..{params.study.runs_per_group - 1}")
+    spec = params.study.groups[group]
+    raw = {name: getattr(params, name).model_dump() for name in RUN_SECTIONS}
+    raw.update(group=group, run=run)
+    origin = {}
+    for key, value in spec.set.items():
+        _set_dotted(raw, key, value, source=f"study.groups.{group}.set.{key}")
+        origin[key] = f"study.groups.{group}.set"
+    if spec.vary:
+        raw["seeds"][spec.vary] = spec.seeds[run]
+    return _validate(RunConfig, raw, "params", origin)
+
+
+def ranker_run(params: Params) -> RunConfig:
+    """The ranking DQN: the deterministic group's config with the ranker's own step budget."""
+    config = resolve_run(params, "deterministic", 0)
+    train = config.train.model_copy(update={"steps": params.ranker.steps})
+    return config.model_copy(update={"group": "ranker", "train": train})
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise InputError(f"--set {item}: expected key.path=value")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    return key.strip(), value
+
+
+def _set_dotted(raw: dict, key: str, value: Any, source: str) -> None:
+    node = raw
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(child, dict):
+            where = ".".join(parts[: i + 1])
+            raise InputError(f"{source}: unknown section {where!r}")
+        node = child
+    if parts[-1] not in node:
+        raise InputError(f"{source}: unknown key {key!r}")
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def _validate(model: type[BaseModel], raw: dict, source: str, origin: dict[str, str]):
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError(_one_line(exc, source, origin)) from None
+
+
+def _one_line(exc: ValidationError, source: str, origin: dict[str, str]) -> str:
+    errors = exc.errors()
+    first = errors[0]
+    field = ".".join(str(p) for p in first["loc"])
+    where = origin.get(field, source)
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif first["type"] == "missing":
+        message = "missing"
+    else:
+        message = first["msg"][0].lower() + first["msg"][1:]
+        if "input" in first and not isinstance(first["input"], dict):
+            message += f", got {first['input']!r}"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    label = f"{field}: " if field else ""
+    return f"{where}: {label}{message}{more}"

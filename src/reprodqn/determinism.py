@@ -1,0 +1,71 @@
+"""Torch numerics settings for one run, applied before any CUDA work, and recorded.
+
+CUDA (PyTorch's reproducibility notes): deterministic algorithms, cuDNN deterministic and
+no benchmarking, CUBLAS_WORKSPACE_CONFIG set before cuBLAS starts, TF32 off (fp32
+precision "ieee"; torch 2.13 defaults cuDNN convolutions to TF32). The gpu group turns the
+first three off, as the paper's "nondeterministic GPU operations". CPU: the intra-op thread
+count, which changes results, is fixed from params.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+CUBLAS_WORKSPACE = ":4096:8"
+NUMERICS_ENV = ("CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "PYTHONHASHSEED")
+
+
+def resolve_device(requested: str) -> torch.device:
+    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            from reprodqn.errors import InputError
+
+            raise InputError("compute.device: cuda requested but no CUDA device is available")
+        return torch.device("cuda", 0)
+    return torch.device("cpu")
+
+
+def configure(device_request: str, threads: int,
+              deterministic_gpu: bool) -> tuple[torch.device, dict]:
+    """Apply the settings; return the device and a record of what was applied."""
+    if deterministic_gpu:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    device = resolve_device(device_request)
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)  # allowed once per process, before parallel work
+    except RuntimeError:
+        pass
+    torch.use_deterministic_algorithms(deterministic_gpu)
+    torch.backends.cudnn.deterministic = deterministic_gpu
+    torch.backends.cudnn.benchmark = False
+    torch.backends.fp32_precision = "ieee"
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    torch.backends.cudnn.rnn.fp32_precision = "ieee"
+    torch.backends.mkldnn.fp32_precision = "ieee"
+
+    applied = {
+        "device": str(device),
+        "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                        else "cpu"),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "fp32_precision": {
+            "cuda_matmul": torch.backends.cuda.matmul.fp32_precision,
+            "cudnn_conv": torch.backends.cudnn.conv.fp32_precision,
+            "mkldnn": torch.backends.mkldnn.fp32_precision,
+        },
+        "environment": {name: os.environ.get(name) for name in NUMERICS_ENV},
+    }
+    if device.type == "cuda":
+        applied["cuda_version"] = torch.version.cuda
+        applied["cudnn_version"] = torch.backends.cudnn.version()
+    return device, applied

@@ -1,0 +1,129 @@
+"""The emulator follows the paper's code: preprocessing, sticky actions from the sticky
+stream, no-op starts from the noop stream, life loss, exact state round-trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reprodqn.atari import FIRE, NOOP, Emulator, FrameHistory, TrainingEnv, preprocess
+from reprodqn.config import load_params
+
+from .conftest import PARAMS
+
+RIGHT, LEFT = 3, 4
+
+
+def env_config(**changes):
+    return load_params(PARAMS).env.model_copy(update=changes)
+
+
+def test_minimal_action_set_is_noop_fire_right_left():
+    assert Emulator("breakout", 0.0, None, 84).action_set == (NOOP, FIRE, RIGHT, LEFT)
+
+
+def test_preprocessing_max_pools_rgb_before_grayscale():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (210, 160, 3), dtype=np.uint8)
+    b = rng.integers(0, 256, (210, 160, 3), dtype=np.uint8)
+    frame = preprocess(np.stack([a, b]), 84)
+    assert frame.shape == (84, 84) and frame.dtype == np.uint8
+    pooled = np.maximum(a, b)
+    assert np.array_equal(frame, preprocess(np.stack([pooled, pooled]), 84))
+    assert np.array_equal(frame, preprocess(np.stack([b, a]), 84))
+    # a uniform colour maps to its luma (0.299 R + 0.587 G + 0.114 B)
+    flat = np.zeros((2, 210, 160, 3), np.uint8)
+    flat[..., 0] = 200
+    assert np.all(preprocess(flat, 84) == round(0.299 * 200))
+
+
+def play(emulator: Emulator, actions) -> tuple[list[int], np.ndarray]:
+    rewards = [emulator.repeat(a, 4) for a in actions]
+    return rewards, emulator.observe()
+
+
+def scripted_actions(n: int) -> list[int]:
+    return [FIRE if i % 25 == 0 else (RIGHT if (i // 15) % 2 else LEFT) for i in range(n)]
+
+
+def test_sticky_actions_come_from_the_sticky_stream_only():
+    actions = scripted_actions(300)
+
+    def run(seed):
+        rng = np.random.default_rng(seed)
+        return play(Emulator("breakout", 0.25, rng, 84), actions)[1], rng
+
+    same_a, rng_a = run(1)
+    same_b, _ = run(1)
+    other, _ = run(2)
+    plain = play(Emulator("breakout", 0.0, None, 84), actions)[1]
+    assert np.array_equal(same_a, same_b)
+    assert not np.array_equal(same_a, other)
+    assert not np.array_equal(same_a, plain)
+    # one draw per emulator frame: 300 steps x 4 frames
+    replayed = np.random.default_rng(1)
+    replayed.random(1200)
+    assert rng_a.random() == replayed.random()
+
+
+def test_no_op_starts_draw_once_from_the_noop_stream_and_life_loss_ends_the_episode():
+    noop_rng = np.random.default_rng(5)
+    env = TrainingEnv(env_config(), None, noop_rng)
+    env.begin_episode()
+    expected = np.random.default_rng(5)
+    expected.integers(1, 31)
+    assert noop_rng.random() == expected.random()
+
+    env = TrainingEnv(env_config(), None, np.random.default_rng(5))
+    env.begin_episode()
+    lives = env.lives
+    for _ in range(2000):  # never move: the ball is lost quickly
+        _, _, terminal, truncated, game_over = env.step(1)  # FIRE
+        if terminal:
+            break
+    assert terminal and not truncated and not game_over
+    assert env.emulator.lives() == lives - 1  # the game went on; only the episode ended
+    env.begin_episode()
+    assert env.lives == lives - 1
+
+
+def test_a_long_episode_is_truncated_not_terminated():
+    env = TrainingEnv(env_config(max_episode_frames=40), None, np.random.default_rng(0))
+    env.begin_episode()
+    flags = [env.step(0)[2:4] for _ in range(10)]
+    assert flags[-1] == (False, True) and all(f == (False, False) for f in flags[:-1])
+
+
+def test_emulator_state_restores_into_a_fresh_emulator():
+    rng = np.random.default_rng(3)
+    first = Emulator("breakout", 0.25, rng, 84)
+    play(first, scripted_actions(120))
+    saved, saved_rng = first.get_state(), rng.bit_generator.state
+    expected = play(first, scripted_actions(200))
+
+    rng2 = np.random.default_rng(0)
+    rng2.bit_generator.state = saved_rng
+    second = Emulator("breakout", 0.25, rng2, 84)
+    second.set_state(saved)
+    rewards, frame = play(second, scripted_actions(200))
+    assert rewards == expected[0] and np.array_equal(frame, expected[1])
+
+
+def test_frame_history_pads_with_zeros_at_episode_start():
+    history = FrameHistory(4, 2)
+    history.push(np.full((2, 2), 9, np.uint8))
+    history.reset(np.full((2, 2), 1, np.uint8))
+    history.push(np.full((2, 2), 2, np.uint8))
+    assert history.frames[:, 0, 0].tolist() == [0, 0, 1, 2]
+
+
+@pytest.mark.parametrize("sticky_p", [0.0, 0.25])
+def test_same_streams_same_game(sticky_p):
+    def run():
+        env = TrainingEnv(env_config(sticky_p=sticky_p), np.random.default_rng(4),
+                          np.random.default_rng(4))
+        frames = [env.begin_episode()]
+        frames += [env.step(a % 4)[0] for a in range(150)]
+        return np.stack(frames)
+
+    assert np.array_equal(run(), run())
