@@ -127,3 +127,14 @@ def test_same_streams_same_game(sticky_p):
         return np.stack(frames)
 
     assert np.array_equal(run(), run())
+
+
+@pytest.mark.parametrize("frames", [1, 2, 4])
+def test_fast_and_sticky_paths_of_repeat_agree_when_nothing_sticks(frames):
+    """With p = 0 the sticky path draws nothing that matters; both paths must play alike."""
+    fast = Emulator("breakout", 0.0, None, 84)
+    slow = Emulator("breakout", 1e-300, np.random.default_rng(0), 84)  # never sticks
+    for action in scripted_actions(60):
+        assert fast.repeat(action, frames) == slow.repeat(action, frames)
+        assert np.array_equal(fast.observe(), slow.observe())
+    assert fast.ale.getEpisodeFrameNumber() == slow.ale.getEpisodeFrameNumber() == 60 * frames

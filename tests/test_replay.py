@@ -63,6 +63,12 @@ def test_sampled_stacks_are_the_states_the_agent_saw(capacity, steps):
         assert replay.terminals[slot] == terminal
         if not terminal:
             assert np.array_equal(nexts[k], next_state)
+    batch = replay.sample(64, np.random.default_rng(0))
+    for k, slot in enumerate(batch["indices"]):
+        state, next_state, terminal = seen[slot]
+        assert np.array_equal(batch["states"][k], state) and batch["terminals"][k] == terminal
+        if not terminal:
+            assert np.array_equal(batch["next_states"][k], next_state)
 
 
 def test_invalid_slots_are_those_that_would_cross_the_cursor_or_lack_a_next_frame():

@@ -70,11 +70,22 @@ class Emulator:
     # -- one agent step ----------------------------------------------------------------------
     def repeat(self, ale_action: int, frames: int) -> int:
         """Play `frames` frames of one action, keep the last two screens; the raw reward sum."""
+        if self.sticky_p > 0 or frames < 2:
+            reward = 0
+            for i in range(frames):
+                reward += self.act(ale_action)
+                if i >= frames - 2:
+                    self.capture()
+            return reward
+        act = self.ale.act  # the hot path of training and evaluation: no sticky draws
         reward = 0
-        for i in range(frames):
-            reward += self.act(ale_action)
-            if i >= frames - 2:
-                self.capture()
+        for _ in range(frames - 2):
+            reward += act(ale_action)
+        reward += act(ale_action)
+        self.capture()
+        reward += act(ale_action)
+        self.capture()
+        self.prev_action = ale_action
         return reward
 
     def relaunch(self) -> None:

@@ -108,14 +108,21 @@ class ReplayMemory:
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         indices = self.sample_indices(batch_size, rng)
-        following = (indices + 1) % self.capacity
+        # s and s' share all but one frame: gather history+1 frames once, then mask each
+        span = self.history_length + 1
+        slots = (indices[:, None] - np.arange(span - 2, -2, -1)[None, :]) % self.capacity
+        frames = self.frames[slots]
+        states, next_states = frames[:, :-1].copy(), frames[:, 1:]
+        offsets = self._offsets[None, :]
+        states[offsets > self.depths[indices][:, None]] = 0
+        next_states[offsets > self.depths[slots[:, -1]][:, None]] = 0
         return {
             "indices": indices,
-            "states": self.stacks(indices),
+            "states": states,
             "actions": self.actions[indices],
             "rewards": self.rewards[indices],
             "terminals": self.terminals[indices],
-            "next_states": self.stacks(following),
+            "next_states": next_states,
         }
 
     # -- exact resume ------------------------------------------------------------------------

@@ -1,0 +1,51 @@
+"""The agent's optimizer is torch's RMSprop bit for bit, and acting draws as the authors did."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from reprodqn.agent import DQNAgent, RMSprop
+from reprodqn.config import load_params
+
+from .conftest import PARAMS
+
+
+def test_rmsprop_matches_torch_bit_for_bit_with_zero_square_averages():
+    generator = torch.Generator().manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                                torch.nn.Linear(128, 4))
+    reference = copy.deepcopy(model)
+    ours = RMSprop(model.parameters(), lr=2.5e-4, alpha=0.95, eps=0.01)
+    theirs = torch.optim.RMSprop(reference.parameters(), lr=2.5e-4, alpha=0.95, eps=0.01,
+                                 foreach=False)
+    for _ in range(40):
+        x = torch.randn(32, 64, generator=generator)
+        x[:, :16] = 0  # dead inputs: rows of exact-zero gradients, as dead ReLUs give
+        for net, optimizer in ((model, ours), (reference, theirs)):
+            optimizer.zero_grad()
+            net(x).pow(2).mean().backward()
+            optimizer.step()
+    zeros = (ours.state[model[0].weight]["square_avg"] == 0).float().mean()
+    assert zeros > 0.2  # the case that matters was exercised
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(ours.state_dict()["state"].values(), theirs.state_dict()["state"].values(),
+                    strict=True):
+        assert torch.equal(a["square_avg"], b["square_avg"]) and torch.equal(a["step"], b["step"])
+
+
+def test_epsilon_greedy_draws_uniform_then_action_from_the_exploration_stream():
+    config = load_params(PARAMS, ["agent.network=nips"]).agent
+    agent = DQNAgent(config, 4, 4, 84, torch.device("cpu"), torch.Generator().manual_seed(1))
+    state = np.zeros((4, 84, 84), np.uint8)
+    rng, replay = np.random.default_rng(3), np.random.default_rng(3)
+    actions = [agent.act(state, 0.5, rng) for _ in range(200)]
+    greedy = agent.greedy_action(state)
+    expected = []
+    for _ in range(200):
+        expected.append(int(replay.integers(4)) if replay.random() < 0.5 else greedy)
+    assert actions == expected
+    assert len(set(actions)) == 4
