@@ -181,10 +181,14 @@ class TrainingEnv:
 
 class FrameHistory:
     """The last `length` frames of the current episode, zeros before its first frame
-    (as the authors' State, and as replay rebuilds stacks)."""
+    (as the authors' State, and as replay rebuilds stacks). `frames` may be a view into a
+    larger array, so evaluation can keep every episode's history in one batch."""
 
-    def __init__(self, length: int, size: int):
-        self.frames = np.zeros((length, size, size), dtype=np.uint8)
+    def __init__(self, length: int, size: int, frames: np.ndarray | None = None):
+        self.frames = np.zeros((length, size, size), np.uint8) if frames is None else frames
+
+    def clear(self) -> None:
+        self.frames[...] = 0
 
     def reset(self, first_frame: np.ndarray) -> None:
         self.frames[:-1] = 0
@@ -193,3 +197,27 @@ class FrameHistory:
     def push(self, frame: np.ndarray) -> None:
         self.frames[:-1] = self.frames[1:]
         self.frames[-1] = frame
+
+
+def replay_start_sequence(emulator: Emulator, history: FrameHistory, sequence,
+                          frame_skip: int) -> None:
+    """A fresh game, then the sequence one emulator frame per entry; a preprocessed frame
+    enters the history after every `frame_skip` frames (the authors' evaluation code)."""
+    emulator.reset_game()
+    history.clear()
+    for i, action in enumerate(sequence):
+        emulator.act(action)
+        if (i + 1) % frame_skip in (0, frame_skip - 1):  # the two screens observe() pools
+            emulator.capture()
+        if (i + 1) % frame_skip == 0:
+            history.push(emulator.observe())
+
+
+def start_without_sequence(emulator: Emulator, history: FrameHistory) -> None:
+    """A fresh game whose first observation is the reset screen (the authors' evaluation
+    of sticky-action agents)."""
+    emulator.reset_game()
+    history.clear()
+    emulator.capture()
+    emulator.capture()
+    history.push(emulator.observe())

@@ -142,6 +142,12 @@ class EvaluationConfig(_Frozen):
     sticky_seed_start: Seed = Field(
         0, description="Environment group: episode k uses sticky seed sticky_seed_start + k."
     )
+    start_sequences: str = Field(
+        "start_sequences/selected.json", description="The start-sequence file evaluated on."
+    )
+    inference_chunk: PositiveInt = Field(
+        16, description="States per Q-network call (fixed, so batching changes no result)."
+    )
 
 
 class StartStatesConfig(_Frozen):
