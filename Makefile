@@ -1,13 +1,20 @@
 # reprodqn: every target creates the virtual environment first if it is missing.
-# torch is pinned to 2.13.0 and installed on its own first: the machine's local CPU build
-# satisfies it, where an unpinned torch would pull a multi-GB CUDA build.
+# torch is pinned to 2.13.0 and installed on its own first: a local CPU build satisfies it
+# where one exists, where an unpinned torch would pull a multi-GB CUDA build.
 
-PYTHON ?= python3
-VENV   := .venv
-BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+PYTHON  ?= python3
+VENV    := .venv
+BIN     := $(CURDIR)/$(VENV)/bin
+STAMP   := $(VENV)/.installed
+SMOKE   := build/smoke
+UI_PORT ?= 5000
+IMAGE   ?= reprodqn:latest
 
-.PHONY: venv repro smoke test test-slow bench lint clean
+export PATH := $(BIN):$(PATH)
+export DVC_NO_ANALYTICS := 1
+export PYTHONHASHSEED := 0
+
+.PHONY: venv repro smoke test test-slow bench lint ui lock docker-build docker-run bundle clean
 
 venv: $(STAMP)
 
@@ -18,12 +25,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
-# The main job. Until the DVC pipeline lands: one smoke-sized training run.
+# The main job: the paper-scale study (6 groups x 5 runs x 20M steps; days on a GPU).
 repro: $(STAMP)
-	$(BIN)/reprodqn train --group deterministic --run 0 --params params.yaml \
-	  --set train.steps=5000 --set replay.capacity=10000 --set replay.learning_starts=1000 \
-	  --set train.checkpoint_every=1000 --set train.resume_every=2500 --set train.log_every=500 \
-	  --runs-dir runs-smoke
+	dvc repro
+
+# The same pipeline at smoke scale (params-smoke.yaml over params.yaml), in a scratch
+# workspace so the real one is untouched; MLflow runs go to this workspace's store.
+smoke: $(STAMP)
+	rm -rf $(SMOKE) && mkdir -p $(SMOKE)
+	cp dvc.yaml .dvcignore $(SMOKE)/ && cp -r .dvc $(SMOKE)/.dvc && rm -rf $(SMOKE)/.dvc/tmp
+	cp -r src $(SMOKE)/src && find $(SMOKE)/src -name __pycache__ -prune -exec rm -rf {} +
+	reprodqn params --params params.yaml --overlay params-smoke.yaml --out $(SMOKE)/params.yaml
+	cd $(SMOKE) && MLFLOW_TRACKING_URI=sqlite:///$(CURDIR)/mlflow.db \
+	  REPRODQN_MLFLOW_EXPERIMENT=reprodqn-smoke dvc repro
+	@echo "smoke: report in $(SMOKE)/reports/report.md; MLflow: make ui"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -34,9 +49,42 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/replay_memory.py
 	$(BIN)/python bench/train_throughput.py
+	$(BIN)/python bench/eval_throughput.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
+	$(BIN)/hadolint --no-color Dockerfile
+
+# The MLflow UI over this workspace's store, on this machine only.
+ui: $(STAMP)
+	MLFLOW_DISABLE_TELEMETRY=true mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \
+	  --host 127.0.0.1 --port $(UI_PORT) --workers 1
+
+# Regenerate requirements.lock (exact versions and hashes) for the container's platform.
+lock: $(STAMP)
+	$(BIN)/python -m pip install --quiet 'uv>=0.5'
+	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 --no-header --quiet -o requirements.lock
+
+docker-build:
+	docker build -t $(IMAGE) .
+
+# dvc repro inside the image: all GPUs, the workspace mounted (results, DVC state and the
+# MLflow store stay on the host), as the host user. Without a GPU it runs on the CPU.
+docker-run:
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  gpus="--gpus all"; echo "docker-run: with all GPUs"; \
+	else gpus=""; echo "docker-run: no GPU found; running on the CPU"; fi; \
+	docker run --rm $$gpus --user $$(id -u):$$(id -g) -v "$(CURDIR)":/workspace \
+	  -w /workspace -e HOME=/tmp -e REPRODQN_WORKERS \
+	  -e REPRODQN_IMAGE=$(IMAGE) \
+	  -e REPRODQN_IMAGE_DIGEST=$$(docker image inspect --format '{{.Id}}' $(IMAGE)) \
+	  $(IMAGE) dvc repro
+
+# One archive a paper can link to: code, params, dvc.lock, start sequences, conditions,
+# SBOM, hash chains, evaluation results, report, manifest. CHECKPOINTS=1 adds weights.
+bundle: $(STAMP)
+	reprodqn bundle --out dist/reprodqn-bundle.tar.gz $(if $(CHECKPOINTS),--checkpoints,)
 
 clean:
-	rm -rf $(VENV) runs-smoke .pytest_cache
+	rm -rf $(VENV) $(SMOKE) .pytest_cache dist

@@ -169,7 +169,7 @@ def run_evaluation(run_dir, hashes, workers, seqs, max_frames=800):
     specs = [EpisodeSpec(k, start_sequence=k) for k in range(len(seqs))]
     digest = evaluation_digest(proto, specs, "s", hashes)
     with Evaluator(proto, seqs, workers) as evaluator:
-        return list(evaluate_run(run_dir, hashes, evaluator, specs, digest))
+        return list(evaluate_run(run_dir, run_dir / "eval", hashes, evaluator, specs, digest))
 
 
 def test_evaluating_twice_and_with_workers_gives_identical_files(run_with_checkpoints,
@@ -177,16 +177,17 @@ def test_evaluating_twice_and_with_workers_gives_identical_files(run_with_checkp
     _, run_dir, hashes = run_with_checkpoints
     seqs = sequences(4, seed=1)
     events = run_evaluation(run_dir, hashes, 1, seqs)
-    first = (run_dir / "eval.csv").read_bytes()
+    out = run_dir / "eval"
+    first = (out / "eval.csv").read_bytes()
     assert [e.step for e in events] == [0, 100, 200]
-    rows = read_eval(run_dir)
+    rows = read_eval(out)
     assert len(rows) == 12 and rows[0].keys() == {"step", "episode", "start_sequence",
                                                   "sticky_seed", "score", "frames"}
     run_evaluation(run_dir, hashes, 1, seqs)
-    assert (run_dir / "eval.csv").read_bytes() == first
+    assert (out / "eval.csv").read_bytes() == first
     run_evaluation(run_dir, hashes, 2, seqs)
-    assert (run_dir / "eval.csv").read_bytes() == first
-    assert not (run_dir / "eval.progress.jsonl").exists()
+    assert (out / "eval.csv").read_bytes() == first
+    assert not (out / "eval.progress.jsonl").exists()
 
 
 def test_an_interrupted_evaluation_keeps_finished_checkpoints(run_with_checkpoints, tmp_path):
@@ -197,22 +198,21 @@ def test_an_interrupted_evaluation_keeps_finished_checkpoints(run_with_checkpoin
     proto = protocol(max_frames=400)
     specs = [EpisodeSpec(k, start_sequence=k) for k in range(3)]
     digest = evaluation_digest(proto, specs, "s", hashes)
+    out = tmp_path / "out"
     with Evaluator(proto, seqs, 1) as evaluator:
-        events = evaluate_run(run_dir, hashes, evaluator, specs, digest)
+        events = evaluate_run(run_dir, out, hashes, evaluator, specs, digest)
         next(events)
         next(events)
         events.close()  # stopped after two checkpoints
-    with open(run_dir / "eval.progress.jsonl", "a") as handle:
+    with open(out / "eval.progress.jsonl", "a") as handle:
         handle.write('{"digest": "cut mid-li')  # as a kill mid-write leaves it
     with Evaluator(proto, seqs, 1) as evaluator:
-        resumed = list(evaluate_run(run_dir, hashes, evaluator, specs, digest))
+        resumed = list(evaluate_run(run_dir, out, hashes, evaluator, specs, digest))
     assert [e.resumed for e in resumed] == [True, True, False]
     fresh = tmp_path / "fresh"
-    shutil.copytree(source, fresh)
-    (fresh / "eval.csv").unlink(missing_ok=True)
     with Evaluator(proto, seqs, 1) as evaluator:
-        list(evaluate_run(fresh, hashes, evaluator, specs, digest))
-    assert (run_dir / "eval.csv").read_bytes() == (fresh / "eval.csv").read_bytes()
+        list(evaluate_run(run_dir, fresh, hashes, evaluator, specs, digest))
+    assert (out / "eval.csv").read_bytes() == (fresh / "eval.csv").read_bytes()
 
 
 def test_a_checkpoint_that_does_not_match_its_hash_stops_evaluation(run_with_checkpoints,
@@ -220,12 +220,13 @@ def test_a_checkpoint_that_does_not_match_its_hash_stops_evaluation(run_with_che
     _, source, hashes = run_with_checkpoints
     run_dir = tmp_path / "run"
     shutil.copytree(source, run_dir)
-    (run_dir / "eval.csv").write_text("previous results\n")
+    (run_dir / "eval").mkdir(exist_ok=True)
+    (run_dir / "eval" / "eval.csv").write_text("previous results\n")
     wrong = [dict(hashes[0]), dict(hashes[1], weights_sha256=hashes[2]["weights_sha256"])]
     with pytest.raises(InputError, match="step-000000100.safetensors: weights hash .* does "
                                          "not match the expected"):
         run_evaluation(run_dir, wrong, 1, sequences(2))
-    assert (run_dir / "eval.csv").read_text() == "previous results\n"
+    assert (run_dir / "eval" / "eval.csv").read_text() == "previous results\n"
     with pytest.raises(InputError, match="checkpoint not found"):
         load_network(run_dir / "checkpoints" / "step-000000999.safetensors", None,
                      torch.device("cpu"))

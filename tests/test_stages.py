@@ -67,12 +67,12 @@ def test_start_sequence_stages_write_their_files(workspace):
 
 def test_evaluate_writes_every_checkpoint_and_reports_progress(workspace):
     root, evaluation = workspace
-    run_dir = root / "runs" / "deterministic" / "0"
-    rows = (run_dir / "eval.csv").read_text().splitlines()
+    out_dir = root / "evaluations" / "deterministic" / "0"
+    rows = (out_dir / "eval.csv").read_text().splitlines()
     assert rows[0] == "step,episode,start_sequence,sticky_seed,score,frames"
     assert len(rows) == 1 + 4 * 4  # 4 checkpoints x 4 episodes
     assert "agent steps/s" in evaluation.stderr and "4/4 checkpoints" in evaluation.stderr
-    record = json.loads((run_dir / "eval.json").read_text())
+    record = json.loads((out_dir / "eval.json").read_text())
     assert record["device"] == "cpu" and record["inference_threads"] == 1
     again = reprodqn(root, "evaluate", "--group", "deterministic", "--run", "0")
     assert "already evaluated" in again.stderr
@@ -83,7 +83,7 @@ def test_environment_group_is_evaluated_with_sticky_seeds(workspace):
     reprodqn(root, "train", "--group", "environment", "--run", "0")
     reprodqn(root, "evaluate", "--group", "environment", "--run", "0", "--workers", "1")
     rows = [line.split(",") for line in
-            (root / "runs" / "environment" / "0" / "eval.csv").read_text().splitlines()[1:]]
+            (root / "evaluations" / "environment" / "0" / "eval.csv").read_text().splitlines()[1:]]
     assert {r[2] for r in rows} == {""}  # no start sequence
     assert [r[3] for r in rows[:4]] == ["0", "1", "2", "3"]  # episode k, sticky seed k
 
@@ -93,8 +93,9 @@ def test_evaluate_refuses_bad_inputs_and_overwrites_nothing(workspace, tmp_path)
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
     run_dir = copy / "runs" / "deterministic" / "0"
-    before = (run_dir / "eval.csv").read_bytes()
-    (run_dir / "eval.json").unlink()  # force a re-evaluation
+    out_dir = copy / "evaluations" / "deterministic" / "0"
+    before = (out_dir / "eval.csv").read_bytes()
+    (out_dir / "eval.json").unlink()  # force a re-evaluation
 
     selected = copy / "start_sequences" / "selected.json"
     doc = json.loads(selected.read_text())
@@ -115,7 +116,7 @@ def test_evaluate_refuses_bad_inputs_and_overwrites_nothing(workspace, tmp_path)
                       "--workers", "2", check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "step-000000400.safetensors: weights hash" in result.stderr
-    assert (run_dir / "eval.csv").read_bytes() == before
+    assert (out_dir / "eval.csv").read_bytes() == before
 
     result = reprodqn(copy, "evaluate", "--group", "minibatch", "--run", "1", check=False)
     assert result.returncode == 2 and "training is not complete" in result.stderr

@@ -19,7 +19,8 @@ from reprodqn import determinism
 from reprodqn.checkpoints import load_weights
 from reprodqn.config import resolve_run
 from reprodqn.errors import InputError
-from reprodqn.train import ResumePointWritten, checkpoint_path, read_hashes, train
+from reprodqn.rundir import checkpoint_path, read_hashes
+from reprodqn.train import ResumePointWritten, train
 
 from .conftest import PARAMS, TINY, cli_env, train_tiny
 

@@ -230,8 +230,22 @@ def canonical_json(value: Any) -> str:
 # Loading
 
 
-def load_params(path: str | Path = "params.yaml", overrides: list[str] | tuple = ()) -> Params:
-    """Read params.yaml, apply `--set key.path=value` overrides, validate. Raises InputError."""
+def load_params(path: str | Path = "params.yaml", overrides: list[str] | tuple = (),
+                overlay: str | Path | None = None) -> Params:
+    """Read params.yaml, apply an overlay file (a partial params file, e.g. the smoke
+    scale) and `--set key.path=value` overrides, validate. Raises InputError."""
+    raw = load_raw(path)
+    origin = {}
+    if overlay is not None:
+        _merge(raw, load_raw(overlay), [], str(overlay))
+    for item in overrides:
+        key, value = _parse_override(item)
+        _set_dotted(raw, key, value, source=f"--set {item}")
+        origin[key] = f"--set {item}"
+    return _validate(Params, raw, str(path), origin)
+
+
+def load_raw(path: str | Path) -> dict:
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -243,12 +257,18 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | tuple =
         raise InputError(f"{path}:{where} is not valid YAML") from None
     if not isinstance(raw, dict):
         raise InputError(f"{path}: expected a mapping of sections at the top level")
-    origin = {}
-    for item in overrides:
-        key, value = _parse_override(item)
-        _set_dotted(raw, key, value, source=f"--set {item}")
-        origin[key] = f"--set {item}"
-    return _validate(Params, raw, str(path), origin)
+    return raw
+
+
+def _merge(base: dict, overlay: dict, path: list[str], source: str) -> None:
+    for key, value in overlay.items():
+        where = ".".join([*path, str(key)])
+        if key not in base:
+            raise InputError(f"{source}: unknown key {where!r}")
+        if isinstance(value, dict) and isinstance(base[key], dict) and key != "set":
+            _merge(base[key], value, [*path, key], source)
+        else:
+            base[key] = copy.deepcopy(value)
 
 
 def resolve_run(params: Params, group: str, run: int) -> RunConfig:

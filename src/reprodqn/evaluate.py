@@ -249,13 +249,16 @@ def evaluation_digest(protocol: Protocol, specs, sequences_sha256: str | None,
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
-def evaluate_run(run_dir: Path, hashes: list[dict], evaluator: Evaluator, specs,
+def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Evaluator, specs,
                  digest: str) -> Iterator[CheckpointEvaluated]:
-    """Evaluate every checkpoint; progress survives interruption per checkpoint."""
+    """Evaluate every checkpoint of `run_dir` into `out_dir`/eval.csv (a directory of its
+    own: DVC lets no stage write inside another's outputs); progress survives interruption
+    per checkpoint."""
     from reprodqn.files import append_line, write_json, write_text
-    from reprodqn.train import checkpoint_path
+    from reprodqn.rundir import checkpoint_path
 
-    progress_path = run_dir / "eval.progress.jsonl"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress_path = out_dir / "eval.progress.jsonl"
     done: dict[int, list[dict]] = {}
     if progress_path.exists():
         for line in progress_path.read_text().splitlines():
@@ -292,8 +295,8 @@ def evaluate_run(run_dir: Path, hashes: list[dict], evaluator: Evaluator, specs,
     writer = csv.DictWriter(buffer, CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    write_text(run_dir / "eval.csv", buffer.getvalue())
-    write_json(run_dir / "eval.json", {
+    write_text(out_dir / "eval.csv", buffer.getvalue())
+    write_json(out_dir / "eval.json", {
         "digest": digest, "protocol": asdict(evaluator.protocol), "episodes": len(specs),
         "inference_threads": EVAL_THREADS, "workers": evaluator.workers,
         "device": evaluator.device,
@@ -301,8 +304,8 @@ def evaluate_run(run_dir: Path, hashes: list[dict], evaluator: Evaluator, specs,
     progress_path.unlink(missing_ok=True)
 
 
-def read_eval(run_dir: Path) -> list[dict]:
-    with open(run_dir / "eval.csv", newline="") as handle:
+def read_eval(out_dir: Path) -> list[dict]:
+    with open(out_dir / "eval.csv", newline="") as handle:
         return list(csv.DictReader(handle))
 
 

@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import load_file as load_tensors
 from safetensors.torch import save_file as save_tensors
 
-from reprodqn import determinism
+from reprodqn import determinism, provenance
 from reprodqn.agent import DQNAgent
 from reprodqn.atari import FrameHistory, TrainingEnv
 from reprodqn.checkpoints import cpu_weights, save_weights
@@ -40,6 +40,7 @@ from reprodqn.errors import InputError
 from reprodqn.files import append_line, fsync_dir, read_json, sha256_file, truncate, write_json
 from reprodqn.replay import ReplayMemory
 from reprodqn.rng import Streams, torch_generator
+from reprodqn.rundir import checkpoint_path
 
 TRAINING_STREAMS = ("exploration", "minibatch", "sticky", "noop")
 EMPTY_CHAIN = "0" * 64
@@ -100,17 +101,6 @@ def chain_losses(chain: str, losses: np.ndarray) -> str:
     for value in losses.astype(np.float32, copy=False):
         state = hashlib.sha256(state + struct.pack("<f", value)).digest()
     return state.hex()
-
-
-def checkpoint_path(run_dir: Path, step: int) -> Path:
-    return run_dir / "checkpoints" / f"step-{step:09d}.safetensors"
-
-
-def read_hashes(run_dir: Path) -> list[dict]:
-    path = run_dir / "hashes.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @dataclass
@@ -300,36 +290,44 @@ def load_resume_point(run: Run) -> dict[str, int] | None:
 LOGS = ("hashes.jsonl", "process.jsonl")
 
 
-def prepare_run_dir(config: RunConfig, run_dir: Path, restart: bool) -> None:
-    """Check an existing run directory belongs to these params (or discard it on request)."""
+def prepare_run_dir(config: RunConfig, run_dir: Path, restart: bool,
+                    fingerprint: str) -> None:
+    """Check an existing run directory belongs to these params and these experimental
+    conditions (or discard it on request): results never mix either."""
     config_path = run_dir / "config.json"
     if config_path.exists():
-        recorded = read_json(config_path, "run config").get("digest")
-        if recorded != config.digest():
-            if not restart:
-                raise InputError(
-                    f"{run_dir}: holds a run trained with different params "
-                    f"(digest {str(recorded)[:12]}, now {config.digest()[:12]}); "
-                    "rerun with --restart to discard it"
-                )
+        recorded = read_json(config_path, "run config")
+        stale = None
+        if recorded.get("digest") != config.digest():
+            stale = (f"different params (digest {str(recorded.get('digest'))[:12]}, now "
+                     f"{config.digest()[:12]})")
+        elif recorded.get("fingerprint") != fingerprint:
+            stale = (f"different experimental conditions (fingerprint "
+                     f"{str(recorded.get('fingerprint'))[:12]}, now {fingerprint[:12]})")
+        if stale and not restart:
+            raise InputError(f"{run_dir}: holds a run trained with {stale}; rerun with "
+                             "--restart to discard it")
+        if stale:
             shutil.rmtree(run_dir)
     elif restart and run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(config_path, {"digest": config.digest(), "config": config.model_dump(mode="json")})
+    write_json(config_path, {"digest": config.digest(), "fingerprint": fingerprint,
+                             "config": config.model_dump(mode="json")})
 
 
 def train(config: RunConfig, run_dir: Path, restart: bool = False) -> Iterator[object]:
     """Train one run to completion, resuming from its last resume point if there is one."""
     run_dir = Path(run_dir)
-    prepare_run_dir(config, run_dir, restart)
+    device, applied = determinism.configure(config.compute.device, config.compute.threads,
+                                            config.compute.deterministic_gpu)
+    conditions = provenance.collect(config.compute)
+    prepare_run_dir(config, run_dir, restart, conditions["fingerprint"])
     if (run_dir / "complete.json").exists():
         yield Finished(step=config.train.steps, already=True)
         return
-
-    device, applied = determinism.configure(config.compute.device, config.compute.threads,
-                                            config.compute.deterministic_gpu)
     write_json(run_dir / "determinism.json", applied)
+    write_json(run_dir / "conditions.json", conditions)
     run = Run(config, run_dir, device)
     offsets = load_resume_point(run)
     if offsets is None:  # a fresh start: drop anything a killed first attempt left behind

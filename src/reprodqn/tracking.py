@@ -1,0 +1,230 @@
+"""Everything MLflow: one experiment per study workspace, one MLflow run per group x run
+(params, tags, metrics over steps, artifacts), one study run with the report.
+
+The default store is a SQLite file at the workspace root, addressed by absolute path so
+runs launched from worker processes or a `dvc exp --temp` copy land in the same store;
+MLFLOW_TRACKING_URI overrides it for a shared server. Creating the SQLite schema is not
+safe under concurrent first use (measured: it can leave the file unusable), so it happens
+under a file lock. MLflow runs are found again by tags, so a stage that runs twice adds
+nothing twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no phoning home from a study
+
+TAG = "reprodqn."
+SYSTEM_METRICS_INTERVAL = 5.0  # seconds
+
+
+def enabled() -> bool:
+    return os.environ.get("REPRODQN_TRACKING", "1") != "0"
+
+
+def workspace_root(start: Path | None = None) -> Path:
+    """The study workspace: the DVC root, also from inside a `dvc exp --temp` copy."""
+    here = (start or Path.cwd()).resolve()
+    text = str(here)
+    marker = f"{os.sep}.dvc{os.sep}tmp{os.sep}exps{os.sep}"
+    if marker in text:
+        return Path(text.split(marker)[0])
+    if os.environ.get("DVC_ROOT"):
+        return Path(os.environ["DVC_ROOT"]).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "dvc.yaml").exists() or (candidate / ".dvc").is_dir():
+            return candidate
+    return here
+
+
+def tracking_uri(root: Path | None = None) -> str:
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{(root or workspace_root()) / 'mlflow.db'}"
+
+
+def experiment_name(root: Path | None = None) -> str:
+    default = f"reprodqn-{(root or workspace_root()).name}"
+    return os.environ.get("REPRODQN_MLFLOW_EXPERIMENT") or default
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _mlflow():
+    import mlflow
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    return mlflow
+
+
+def experiment_id(root: Path | None = None) -> str:
+    """Connect to the store (creating its schema under a lock) and get-or-create the
+    study's experiment, with artifacts beside the SQLite file."""
+    mlflow = _mlflow()
+    from mlflow.exceptions import MlflowException
+
+    root = root or workspace_root()
+    uri = tracking_uri(root)
+    mlflow.set_tracking_uri(uri)
+    client = mlflow.MlflowClient()
+    name = experiment_name(root)
+    database = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+    lock = database.with_name(database.name + ".lock") if database else None
+    with _file_lock(lock) if lock else contextlib.nullcontext():
+        for _ in range(10):
+            found = client.get_experiment_by_name(name)
+            if found is not None:
+                return found.experiment_id
+            try:  # artifacts beside the database, wherever the study workspace is
+                location = (database.parent / "mlartifacts").as_uri() if database else None
+                return client.create_experiment(name, artifact_location=location)
+            except MlflowException as exc:  # another process created it first
+                if getattr(exc, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
+                    raise
+                time.sleep(0.2)
+    raise RuntimeError(f"could not create MLflow experiment {name!r}")
+
+
+def _find_run(client, experiment: str, tags: dict[str, str]):
+    query = " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
+    found = client.search_runs([experiment], filter_string=query, max_results=1,
+                               order_by=["attributes.start_time ASC"])
+    return found[0] if found else None
+
+
+def _flatten(prefix: str, value, out: dict) -> dict:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else key, item, out)
+    else:
+        out[prefix] = value
+    return out
+
+
+class RunTracker:
+    """The MLflow run of one group x run, found again by its identity tags."""
+
+    def __init__(self, config, fingerprint: str, conditions: dict | None):
+        mlflow = _mlflow()
+        from mlflow.entities import RunTag
+
+        self.client = mlflow.MlflowClient()
+        self.experiment = experiment_id()
+        identity = {f"{TAG}kind": "run", f"{TAG}group": config.group,
+                    f"{TAG}run": str(config.run), f"{TAG}config_digest": config.digest(),
+                    f"{TAG}fingerprint": fingerprint}
+        existing = _find_run(self.client, self.experiment, identity)
+        if existing is not None:
+            self.run_id = existing.info.run_id
+            self.client.update_run(self.run_id, status="RUNNING")
+            return
+        seeds = config.seeds.model_dump()
+        tags = {**identity, "mlflow.runName": f"{config.group}/{config.run}",
+                f"{TAG}seeds": json.dumps(seeds, sort_keys=True),
+                f"{TAG}device": (conditions or {}).get("device_name", "unknown"),
+                f"{TAG}git_commit": str(((conditions or {}).get("bundle") or {}).get("commit"))}
+        run = self.client.create_run(self.experiment, tags=tags)
+        self.run_id = run.info.run_id
+        params = _flatten("", config.model_dump(mode="json",
+                                                exclude={"group", "run"}), {})
+        from mlflow.entities import Param
+
+        self.client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in params.items()],
+                              tags=[RunTag(f"{TAG}seed.{k}", str(v)) for k, v in seeds.items()])
+
+    def last_step(self, key: str) -> int:
+        history = self.client.get_metric_history(self.run_id, key)
+        return max((m.step for m in history), default=-1)
+
+    def log_metrics(self, rows: list[tuple[str, float, int]]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(key, float(value), now, int(step)) for key, value, step in rows
+                   if value is not None]
+        if metrics:
+            self.client.log_batch(self.run_id, metrics=metrics)
+
+    def log_artifacts(self, paths: list[Path], folder: str | None = None) -> None:
+        for path in paths:
+            if Path(path).exists():
+                self.client.log_artifact(self.run_id, str(path), artifact_path=folder)
+
+    def set_tag(self, key: str, value: str) -> None:
+        self.client.set_tag(self.run_id, f"{TAG}{key}", value)
+
+    def get_tag(self, key: str) -> str | None:
+        return self.client.get_run(self.run_id).data.tags.get(f"{TAG}{key}")
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+
+def start_system_metrics(tracker: RunTracker):
+    """CPU, memory, disk (and GPU with nvidia-ml-py) sampled into the run while it works;
+    call .finish() on the result."""
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    resumed = bool(tracker.client.get_metric_history(tracker.run_id,
+                                                     "system/cpu_utilization_percentage"))
+    monitor = SystemMetricsMonitor(tracker.run_id, sampling_interval=SYSTEM_METRICS_INTERVAL,
+                                   samples_before_logging=1, resume_logging=resumed,
+                                   tracking_uri=tracking_uri())
+    monitor.start()
+    return monitor
+
+
+# ---------------------------------------------------------------------------------------------
+# The study run
+
+
+def log_study(report_dir: Path, metrics: dict, files: list[Path]) -> str:
+    """The study's MLflow run: Table 1, the figures, the verdict. Found again by a digest of
+    the report's content, so an unchanged report is logged once."""
+    mlflow = _mlflow()
+    client = mlflow.MlflowClient()
+    experiment = experiment_id()
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(Path(path).name.encode())
+        digest.update(Path(path).read_bytes() if Path(path).suffix in (".csv", ".md", ".json")
+                      else b"")
+    identity = {f"{TAG}kind": "study", f"{TAG}report_digest": digest.hexdigest()}
+    existing = _find_run(client, experiment, identity)
+    if existing is not None:
+        return existing.info.run_id
+    run = client.create_run(experiment, tags={**identity, "mlflow.runName": "study"})
+    rows = []
+    for group, values in (metrics.get("table1") or {}).items():
+        for name, value in values.items():
+            if value is not None and value == value and abs(value) != float("inf"):
+                rows.append((f"{group}/{name}", value))
+    from mlflow.entities import Metric, RunTag
+
+    now = int(time.time() * 1000)
+    client.log_batch(run.info.run_id, metrics=[Metric(k, float(v), now, 0) for k, v in rows],
+                     tags=[RunTag(f"{TAG}replicable", str(metrics.get("replicable")))])
+    for path in files:
+        client.log_artifact(run.info.run_id, str(path), artifact_path="report")
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
