@@ -80,7 +80,7 @@ def track_training(events, config, run_dir: Path):
                 conditions = read_json(run_dir / "conditions.json", "run conditions")
                 tracker = tracking.RunTracker(config, recorded["fingerprint"], conditions)
                 last_logged = tracker.last_step("epsilon")
-                monitor = tracking.start_system_metrics(tracker)
+                monitor = tracking.SystemMetrics(tracker)
             elif isinstance(event, ProcessRecord) and tracker and event.step > last_logged:
                 record = event.record
                 scores = record["game_scores"]
@@ -209,8 +209,10 @@ def cmd_select(args) -> int:
     candidates = start_states.load(args.candidates, params.start_states.candidates)
     import torch
 
-    net = load_network(args.ranker, None, torch.device("cpu"))
-    ranker_sha = start_states.read_ranker_hash(args.ranker)
+    from reprodqn.checkpoints import read_metadata
+
+    net = load_network(args.ranker, None, torch.device("cpu"))  # checks its embedded hash
+    ranker_sha = read_metadata(args.ranker)["weights_sha256"]
     protocol = Protocol.for_run(params.env, params.evaluation)
     histories = end_state_histories(candidates["sequences"], protocol)
     max_q = q_values(net, histories, protocol.chunk).max(axis=1)

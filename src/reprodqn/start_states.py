@@ -154,13 +154,6 @@ def import_authors_file(source: Path, out: Path, expected_count: int) -> dict:
 # Ranking and selection
 
 
-def read_ranker_hash(path: Path) -> str:
-    """The weights hash a ranker checkpoint carries (load_network has checked it)."""
-    from reprodqn.checkpoints import read_metadata
-
-    return read_metadata(Path(path))["weights_sha256"]
-
-
 def rank(max_q: np.ndarray) -> np.ndarray:
     """Ranks 1..N by max-Q, highest first; ties keep candidate order."""
     order = np.argsort(-max_q, kind="stable")

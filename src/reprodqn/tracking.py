@@ -180,18 +180,26 @@ class RunTracker:
         self.client.set_terminated(self.run_id, status=status)
 
 
-def start_system_metrics(tracker: RunTracker):
-    """CPU, memory, disk (and GPU with nvidia-ml-py) sampled into the run while it works;
-    call .finish() on the result."""
-    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+class SystemMetrics:
+    """CPU, memory, disk (and GPU with nvidia-ml-py) sampled into a run while it works.
+    MLflow's monitor drops the samples of an interval cut short by its shutdown, so a
+    final sample is recorded on finish: a short run still has system metrics."""
 
-    resumed = bool(tracker.client.get_metric_history(tracker.run_id,
-                                                     "system/cpu_utilization_percentage"))
-    monitor = SystemMetricsMonitor(tracker.run_id, sampling_interval=SYSTEM_METRICS_INTERVAL,
-                                   samples_before_logging=1, resume_logging=resumed,
-                                   tracking_uri=tracking_uri())
-    monitor.start()
-    return monitor
+    def __init__(self, tracker: RunTracker):
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        resumed = bool(tracker.client.get_metric_history(tracker.run_id,
+                                                         "system/cpu_utilization_percentage"))
+        self.monitor = SystemMetricsMonitor(
+            tracker.run_id, sampling_interval=SYSTEM_METRICS_INTERVAL, samples_before_logging=1,
+            resume_logging=resumed, tracking_uri=tracking_uri())
+        self.monitor.start()
+
+    def finish(self) -> None:
+        self.monitor.finish()
+        self.monitor.collect_metrics()
+        self.monitor.publish_metrics(self.monitor.aggregate_metrics())
+        self.monitor.mlflow_logger.flush()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""dvc.yaml: each stage depends on exactly the package modules it runs, so an edit reruns
+what it affects and nothing else (the import graph is read from the source)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import yaml
+
+from .conftest import ROOT
+
+PACKAGE = ROOT / "src" / "reprodqn"
+
+# stage -> the CLI handlers its command runs (study stages also run their jobs' commands)
+STAGE_HANDLERS = {
+    "conditions": ["cmd_conditions"],
+    "candidates": ["cmd_candidates"],
+    "ranker": ["cmd_ranker"],
+    "select": ["cmd_select"],
+    "train": ["cmd_study", "cmd_train"],
+    "evaluate": ["cmd_study", "cmd_evaluate"],
+    "report": ["cmd_report"],
+}
+
+
+def imported_modules(node: ast.AST) -> set[str]:
+    found = set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.ImportFrom) and child.module and child.module.startswith(
+                "reprodqn"):
+            if child.module == "reprodqn":
+                found |= {f"reprodqn.{alias.name}" for alias in child.names}
+            else:
+                found.add(child.module)
+        elif isinstance(child, ast.Import):
+            found |= {a.name for a in child.names if a.name.startswith("reprodqn.")}
+    return found
+
+
+def module_closure(modules: set[str]) -> set[str]:
+    """Modules reachable by any import, at module level or inside functions (cli.py is
+    followed per handler instead: its handlers import lazily, stage by stage)."""
+    seen, todo = set(), list(modules)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name == "reprodqn.cli":
+            continue
+        tree = ast.parse((PACKAGE / f"{name.split('.', 1)[1]}.py").read_text())
+        todo += imported_modules(tree)
+    return seen
+
+
+def handler_closure(names: list[str]) -> set[str]:
+    """The modules a CLI handler reaches, following calls to other cli.py functions."""
+    tree = ast.parse((PACKAGE / "cli.py").read_text())
+    functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    modules, todo, seen = {"reprodqn.cli"}, list(names), set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        function = functions[name]
+        modules |= imported_modules(function)
+        todo += [c.func.id for c in ast.walk(function) if isinstance(c, ast.Call)
+                 and isinstance(c.func, ast.Name) and c.func.id in functions]
+    module_level = [n for n in tree.body if isinstance(n, ast.ImportFrom | ast.Import)]
+    for node in module_level:
+        modules |= imported_modules(node)
+    return module_closure(modules)
+
+
+def test_every_stage_depends_on_exactly_the_modules_it_runs():
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert set(stages) == set(STAGE_HANDLERS)
+    for stage, handlers in STAGE_HANDLERS.items():
+        expected = {f"src/reprodqn/{m.split('.', 1)[1]}.py" for m in handler_closure(handlers)}
+        declared = {d for d in stages[stage].get("deps", []) if d.startswith("src/")}
+        assert declared == expected, (
+            f"{stage}: missing {sorted(expected - declared)}, extra {sorted(declared - expected)}")
+
+
+def test_stages_declare_the_params_sections_they_read():
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert "study" in stages["train"]["params"] and "train" in stages["train"]["params"]
+    assert "evaluation" not in stages["train"]["params"]  # evaluation knobs never retrain
+    assert "results/fingerprint.json" in stages["train"]["deps"]
+    assert "results/conditions.json" not in stages["train"]["deps"]  # only what changes numbers
+    assert stages["train"]["outs"] == [{"runs": {"cache": False, "persist": True}}]
+    assert stages["conditions"]["always_changed"] is True
+    assert "${evaluation.start_sequences}" in stages["evaluate"]["deps"]
+    assert Path(ROOT / ".dvcignore").read_text().count("__pycache__") == 1

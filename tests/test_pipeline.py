@@ -1,0 +1,188 @@
+"""The whole study through `dvc repro`, at a tiny scale, in a temporary copy of the
+workspace: the report, the MLflow store, reruns that add nothing, knobs that rerun only
+their stages, the bundle and verify."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import ROOT, cli_env
+
+TINY_STUDY = {
+    "agent": {"network": "nips", "batch_size": 8, "target_sync_every": 100,
+              "epsilon_decay_steps": 300},
+    "replay": {"capacity": 1000, "learning_starts": 200},
+    "train": {"steps": 600, "checkpoint_every": 200, "resume_every": 300, "log_every": 100},
+    "study": {"runs_per_group": 2},
+    "evaluation": {"episodes": 3, "max_frames": 600},
+    "start_states": {"candidates": 24, "top_k": 8, "selected": 3},
+    "ranker": {"steps": 400},
+}
+GROUPS = ("deterministic", "gpu", "environment", "exploration", "initialization", "minibatch")
+
+
+def env() -> dict:
+    e = cli_env()
+    e.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{e['PATH']}", DVC_NO_ANALYTICS="1",
+             REPRODQN_WORKERS="2")
+    e.pop("MLFLOW_TRACKING_URI", None)
+    return e
+
+
+def dvc(workspace: Path, *args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(Path(sys.executable).parent / "dvc"), *args], cwd=workspace,
+                            capture_output=True, text=True, env=env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def status(workspace: Path) -> dict:
+    return json.loads(dvc(workspace, "status", "--json").stdout)
+
+
+def mlflow_runs(workspace: Path):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{workspace / 'mlflow.db'}")
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name(f"reprodqn-{workspace.name}")
+    return client, client.search_runs([experiment.experiment_id], max_results=500)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipeline") / "study"
+    root.mkdir()
+    for name in ("dvc.yaml", ".dvcignore"):
+        shutil.copy(ROOT / name, root / name)
+    shutil.copytree(ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp"))
+    shutil.copytree(ROOT / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    overlay = root / "tiny.yaml"
+    overlay.write_text(yaml.safe_dump(TINY_STUDY))
+    subprocess.run([sys.executable, "-m", "reprodqn.cli", "params", "--params",
+                    str(ROOT / "params.yaml"), "--overlay", str(overlay), "--out",
+                    str(root / "params.yaml")], check=True, env=env(), capture_output=True)
+    first = dvc(root, "repro")
+    return root, first
+
+
+def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
+    root, first = workspace
+    for stage in ("conditions", "candidates", "ranker", "select", "train", "evaluate", "report"):
+        assert f"Running stage '{stage}'" in first.stdout
+    assert "study train: 12 jobs" in first.stderr and "12/12 jobs" in first.stderr
+    for group in GROUPS:
+        for run in (0, 1):
+            assert (root / "runs" / group / str(run) / "complete.json").exists()
+            assert (root / "evaluations" / group / str(run) / "eval.csv").exists()
+    replicability = json.loads((root / "reports" / "replicability.json").read_text())
+    assert replicability["replicable"] is True
+    assert "no GPU nondeterminism to show" in replicability["device"]["text"]
+    assert "Reduced scale" in (root / "reports" / "report.md").read_text()
+    metrics = json.loads(dvc(root, "metrics", "show", "--json").stdout)
+    shown = metrics[""]["data"]["reports/metrics.json"]["data"]
+    assert shown["replicable"] is True and set(shown["table1"]) == set(GROUPS)
+    plots = json.loads(dvc(root, "plots", "show", "--json").stdout)
+    assert "reports/learning_curves.csv" in json.dumps(plots)
+
+
+def test_mlflow_holds_every_run_metric_and_artifact(workspace):
+    from reprodqn.config import load_params, resolve_run
+
+    root, _ = workspace
+    params = load_params(root / "params.yaml")
+    client, runs = mlflow_runs(root)
+    by_name = {r.info.run_name: r for r in runs}
+    expected = {f"{g}/{r}" for g in GROUPS for r in (0, 1)} | {"study"}
+    assert set(by_name) == expected and len(runs) == len(expected)
+    for name in expected - {"study"}:
+        run = by_name[name]
+        assert run.info.status == "FINISHED"
+        assert {"loss", "epsilon", "steps_per_second", "eval_mean_score"} <= set(run.data.metrics)
+        assert any(k.startswith("system/") for k in run.data.metrics)
+        tags = run.data.tags
+        assert tags["reprodqn.group"] == name.split("/")[0] and tags["reprodqn.device"] == "cpu"
+        assert len(tags["reprodqn.fingerprint"]) == 64 and "reprodqn.git_commit" in tags
+        group, index = name.split("/")
+        assert json.loads(tags["reprodqn.seeds"]) == resolve_run(params, group,
+                                                                 int(index)).seeds.model_dump()
+        assert run.data.params["agent.network"] == "nips"
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"hashes.jsonl", "eval.csv", "conditions.json", "config.json"} <= artifacts
+        study_files = {a.path for a in client.list_artifacts(run.info.run_id, "study")}
+        assert {"study/sbom.cdx.json", "study/conditions.json"} <= study_files
+        history = client.get_metric_history(run.info.run_id, "eval_mean_score")
+        assert sorted(m.step for m in history) == [0, 200, 400, 600]
+    report_files = {a.path for a in client.list_artifacts(by_name["study"].info.run_id,
+                                                          "report")}
+    assert {"report/table1.md", "report/figure1.png", "report/replicability.json"} <= \
+        report_files
+
+
+def test_a_second_repro_reruns_nothing_and_logs_nothing_twice(workspace):
+    root, _ = workspace
+    assert status(root) == {"conditions": ["always changed"]}
+    second = dvc(root, "repro")
+    for stage in ("candidates", "ranker", "select", "train", "evaluate", "report"):
+        assert f"Stage '{stage}' didn't change, skipping" in second.stdout
+    _, runs = mlflow_runs(root)
+    assert len(runs) == 13
+
+
+@pytest.mark.parametrize("key, value, stale", [
+    ("evaluation.max_frames", 500, {"evaluate", "report"}),
+    ("train.log_every", 50, {"ranker", "train"}),
+    ("start_states.selection_seed", 7, {"select"}),
+    ("seeds.minibatch", 1, {"ranker", "train"}),
+])
+def test_changing_one_knob_reruns_only_what_depends_on_it(workspace, key, value, stale):
+    root, _ = workspace
+    params_path = root / "params.yaml"
+    original = params_path.read_text()
+    raw = yaml.safe_load(original)
+    section, name = key.split(".")
+    raw[section][name] = value
+    try:
+        params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        assert set(status(root)) - {"conditions"} == stale
+    finally:
+        params_path.write_text(original)
+
+
+def test_the_bundle_verifies_and_a_divergence_is_found(workspace, tmp_path):
+    root, _ = workspace
+    archive = tmp_path / "bundle.tar.gz"
+    run = [sys.executable, "-m", "reprodqn.cli"]
+    subprocess.run([*run, "bundle", "--out", str(archive)], cwd=root, check=True, env=env(),
+                   capture_output=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    reference = tmp_path / "unpacked" / "reprodqn-bundle"
+    assert (reference / "MANIFEST.sha256").exists() and (reference / "dvc.lock").exists()
+    same = subprocess.run([*run, "verify", "--reference", str(reference)], cwd=root,
+                          capture_output=True, text=True, env=env())
+    assert same.returncode == 0 and "identical: 12 runs" in same.stdout
+
+    hashes = reference / "runs" / "minibatch" / "1" / "hashes.jsonl"
+    lines = hashes.read_text().splitlines()
+    entry = json.loads(lines[2])
+    entry["weights_sha256"] = "0" * 64
+    lines[2] = json.dumps(entry)
+    hashes.write_text("\n".join(lines) + "\n")
+    tampered = subprocess.run([*run, "verify", "--reference", str(reference)], cwd=root,
+                              capture_output=True, text=True, env=env())
+    assert tampered.returncode == 2 and "do not match the bundle's MANIFEST" in tampered.stderr
+    (reference / "MANIFEST.sha256").unlink()
+    different = subprocess.run([*run, "verify", "--reference", str(reference)], cwd=root,
+                               capture_output=True, text=True, env=env())
+    assert different.returncode == 1
+    assert "first divergence in minibatch/1 at checkpoint step 400 (weights)" in different.stdout
