@@ -18,16 +18,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from reprodqn import start_states
-from reprodqn.atari import Emulator, FrameHistory, replay_start_sequence
-from reprodqn.checkpoints import cpu_weights, save_weights
-from reprodqn.config import load_params
-from reprodqn.evaluate import EpisodeSpec, Evaluator, Protocol, load_network
-from reprodqn.network import build_q_network
+from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
+from reprodqn.config import load_params  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
+
+import torch  # noqa: E402
+
+from reprodqn import start_states  # noqa: E402
+from reprodqn.atari import Emulator, FrameHistory, replay_start_sequence  # noqa: E402
+from reprodqn.checkpoints import cpu_weights, save_weights  # noqa: E402
+from reprodqn.evaluate import EpisodeSpec, Evaluator, Protocol, load_network  # noqa: E402
+from reprodqn.network import build_q_network  # noqa: E402
 
 
 def one_at_a_time(net, protocol: Protocol, sequences, indices) -> tuple[int, list]:

@@ -24,11 +24,15 @@ from pathlib import Path
 
 import numpy as np
 
-from reprodqn import determinism
-from reprodqn.config import load_params, resolve_run
-from reprodqn.train import Run, epsilon_at
+from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
+from reprodqn.config import load_params  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
+
+from reprodqn import determinism  # noqa: E402
+from reprodqn.config import resolve_run  # noqa: E402
+from reprodqn.train import Run, epsilon_at  # noqa: E402
 
 
 def random_batches(count: int, config, rng: np.random.Generator) -> list[dict]:

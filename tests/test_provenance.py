@@ -46,7 +46,7 @@ def test_conditions_record_what_the_paper_lists(conditions):
     (("packages", "ale-py"), "0.13.0", True),
     (("device_name",), "NVIDIA GeForce GTX 1080", True),
     (("gpu", "driver"), "384.111", True),
-    (("cpu", "isa_flags"), ["sse4_1", "sse4_2", "avx", "avx2", "fma"], True),
+    (("numerics", "cpu_isa"), "native", True),
     (("numerics", "torch_threads"), 4, True),
     (("numerics", "environment", "ONEDNN_MAX_CPU_ISA"), "AVX2", True),
     (("python", "version"), "3.11.9", True),
@@ -66,6 +66,19 @@ def test_fingerprint_tracks_only_conditions_that_change_numbers(conditions, path
     node[path[-1]] = value
     assert (provenance.fingerprint(other) != conditions["fingerprint"]) == changes
     assert ".".join(path) in provenance.differences(other, conditions)
+
+
+def test_a_pinned_floor_replaces_the_machines_own_instruction_sets(conditions):
+    """Pinned: two machines at or above the floor share a fingerprint; native: they don't."""
+    assert conditions["numerics"]["cpu_isa"] == "avx2"
+    older = copy.deepcopy(conditions)
+    older["cpu"]["isa_flags"] = ["avx", "avx2", "fma", "sse4_1", "sse4_2"]
+    older["cpu"]["torch_cpu_capability"] = "AVX2"
+    assert provenance.fingerprint(older) == conditions["fingerprint"]
+    newer = copy.deepcopy(conditions)
+    for record in (older, newer):
+        record["numerics"]["cpu_isa"] = "native"
+    assert provenance.fingerprint(older) != provenance.fingerprint(newer)
 
 
 def test_conditions_stage_writes_records_and_a_reproducible_sbom(tmp_path):

@@ -149,3 +149,12 @@ def test_verify_reports_identical_or_the_first_divergence_and_condition_changes(
                                           "chain": "weights"}
     assert result["conditions_differing"] == ["memory_bytes", "packages.torch"]
     assert result["numeric_conditions_differing"] == ["packages.torch"]
+    assert result["cpu_isa"]["ours"] == "native (this machine's widest: avx2, torch used AVX2)"
+
+
+def test_isa_setting_names_the_floor_and_the_machine():
+    pinned = {"numerics": {"cpu_isa": "avx2"},
+              "cpu": {"isa_flags": ["avx2", "avx512f"], "torch_cpu_capability": "AVX2"}}
+    assert report.isa_setting(pinned) == ("pinned to avx2 (machine offers avx512, torch used "
+                                          "AVX2)")
+    assert report.isa_setting(None).startswith("unknown")

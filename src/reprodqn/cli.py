@@ -22,9 +22,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _load(args):
+    """Params, loaded once per command, with the CPU instruction-set floor applied before
+    anything imports torch (main() calls this before any handler runs)."""
+    from reprodqn import isa
     from reprodqn.config import load_params
 
-    return load_params(args.params, args.overrides)
+    if getattr(args, "loaded_params", None) is None:
+        args.loaded_params = load_params(args.params, args.overrides)
+        isa.apply(args.loaded_params.compute.cpu_isa)
+    return args.loaded_params
 
 
 def cmd_params(args) -> int:
@@ -425,6 +431,8 @@ def cmd_verify(args) -> int:
         d = result["first_divergence"]
         print(f"verify: DIFFERENT: first divergence in {d['group']}/{d['run']} at checkpoint "
               f"step {d['step']} ({d['chain']})")
+        print(f"CPU instruction set: ours {result['cpu_isa']['ours']}; reference "
+              f"{result['cpu_isa']['reference']}")
     if result["numeric_conditions_differing"]:
         print("conditions that change numbers and differ: "
               + ", ".join(result["numeric_conditions_differing"]))
@@ -535,6 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if hasattr(args, "params") and args.handler is not cmd_params:
+            _load(args)
         return args.handler(args)
     except InputError as exc:
         print(f"reprodqn: error: {exc}", file=sys.stderr)

@@ -104,6 +104,10 @@ class ComputeConfig(_Frozen):
     deterministic_gpu: bool = Field(
         True, description="Deterministic CUDA algorithms, cuDNN flags, TF32 off."
     )
+    cpu_isa: Literal["avx2", "avx512", "native"] = Field(
+        "avx2", description="Instruction-set floor for oneDNN, ATen and MKL (native: this "
+        "machine's widest); CPU results replicate on any machine at or above it."
+    )
 
 
 class GroupConfig(_Frozen):

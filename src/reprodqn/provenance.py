@@ -151,6 +151,7 @@ def collect(compute_config, root: Path = Path(".")) -> dict:
                    "executable": sys.executable},
         "packages": {name: package_version(name) for name in REPORTED_PACKAGES},
         "numerics": {
+            "cpu_isa": compute_config.cpu_isa,
             "torch_threads": compute_config.threads,
             "deterministic_gpu_default": compute_config.deterministic_gpu,
             "environment": {name: os.environ.get(name) for name in NUMERICS_ENV},
@@ -163,8 +164,12 @@ def collect(compute_config, root: Path = Path(".")) -> dict:
 
 
 def fingerprint_fields(conditions: dict) -> dict:
-    """The part of the conditions that changes numbers."""
+    """The part of the conditions that changes numbers. With the CPU instruction set pinned
+    to a floor, the floor stands in for the machine's own instruction sets: any machine at
+    or above it computes the same numbers."""
     gpu = conditions["gpu"]
+    floor = conditions["numerics"].get("cpu_isa", "native")
+    pinned = floor != "native"
     return {
         "device": conditions["device"].split(":")[0],
         "device_name": conditions["device_name"],
@@ -172,8 +177,9 @@ def fingerprint_fields(conditions: dict) -> dict:
         "cuda": gpu.get("cuda"),
         "cudnn": gpu.get("cudnn"),
         "cpu_architecture": conditions["cpu"]["architecture"],
-        "cpu_isa_flags": conditions["cpu"]["isa_flags"],
-        "torch_cpu_capability": conditions["cpu"]["torch_cpu_capability"],
+        "cpu_isa": floor,
+        "cpu_isa_flags": None if pinned else conditions["cpu"]["isa_flags"],
+        "torch_cpu_capability": None if pinned else conditions["cpu"]["torch_cpu_capability"],
         "python": conditions["python"]["version"],
         "packages": {name: conditions["packages"].get(name) for name in NUMERIC_PACKAGES},
         "torch_threads": conditions["numerics"]["torch_threads"],

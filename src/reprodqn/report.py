@@ -184,6 +184,8 @@ def verdict(study: dict[str, list[RunResult]]) -> dict:
 def device_statement(study: dict[str, list[RunResult]]) -> dict:
     names = sorted({r.conditions.get("device_name", "?") for runs in study.values()
                     for r in runs if r.conditions})
+    isas = sorted({isa_setting(r.conditions) for runs in study.values() for r in runs
+                   if r.conditions})
     on_gpu = any(n != "cpu" for n in names)
     gpu_runs = [r for r in study.get("gpu", []) if r.hashes]
     det_runs = [r for r in study.get("deterministic", []) if r.hashes]
@@ -198,8 +200,10 @@ def device_statement(study: dict[str, list[RunResult]]) -> dict:
                 "deterministic at a fixed thread count, so "
                 + ("its hash chains equal the deterministic group's." if same else
                    "any difference from the deterministic group is not GPU nondeterminism."))
+    if isas:
+        text += f" CPU instruction set: {'; '.join(isas)}."
     return {"devices": names, "on_gpu": on_gpu, "gpu_group_equals_deterministic": same,
-            "text": text}
+            "cpu_isa": isas, "text": text}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,4 +468,18 @@ def verify(ours: Path, reference: Path, groups, runs_per_group: int) -> dict:
                               fingerprint_fields(conditions["reference"]))
     return {"identical": divergence is None and compared > 0, "runs_compared": compared,
             "first_divergence": divergence, "conditions_differing": changed,
-            "numeric_conditions_differing": numeric}
+            "numeric_conditions_differing": numeric,
+            "cpu_isa": {side: isa_setting(c) for side, c in conditions.items()}}
+
+
+def isa_setting(conditions: dict | None) -> str:
+    """The CPU instruction-set floor and what the machine offered, in words."""
+    if not conditions:
+        return "unknown (no conditions record)"
+    floor = conditions.get("numerics", {}).get("cpu_isa", "native")
+    machine = conditions.get("cpu", {}).get("torch_cpu_capability", "?")
+    flags = conditions.get("cpu", {}).get("isa_flags", [])
+    widest = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "below avx2"
+    if floor == "native":
+        return f"native (this machine's widest: {widest}, torch used {machine})"
+    return f"pinned to {floor} (machine offers {widest}, torch used {machine})"
