@@ -14,7 +14,8 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: venv repro smoke test test-slow bench lint ui lock docker-build docker-run bundle clean
+.PHONY: venv repro smoke test test-slow test-slurm bench lint ui lock docker-build docker-run \
+        bundle clean
 
 venv: $(STAMP)
 
@@ -45,6 +46,13 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
+
+# The Slurm backend against a real single-node Slurm on this machine (needs root: it
+# installs and starts munge, slurmctld and slurmd, and stops them afterwards).
+test-slurm: $(STAMP)
+	.ci/slurm/start
+	REPRODQN_REQUIRE_SLURM=1 $(BIN)/python -m pytest -m slurm; status=$$?; \
+	  .ci/slurm/stop; exit $$status
 
 bench: $(STAMP)
 	$(BIN)/python bench/replay_memory.py

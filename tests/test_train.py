@@ -215,3 +215,30 @@ def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_chain(tmp_path
     expected = (uninterrupted / "deterministic" / "0" / "hashes.jsonl").read_bytes()
     assert (run_dir / "hashes.jsonl").read_bytes() == expected
     assert "steps/s" in rerun.stderr and "ETA" in rerun.stderr
+
+
+@pytest.mark.slow
+def test_nature_network_run_killed_three_times_ends_on_the_uninterrupted_chain(tmp_path):
+    """The paper's network over a longer run, SIGKILLed at three random moments."""
+    overrides = [*TINY, "agent.network=nature", "agent.batch_size=32", "train.steps=4000",
+                 "replay.learning_starts=1000", "train.checkpoint_every=1000",
+                 "train.resume_every=500", "agent.target_sync_every=1000"]
+    command = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "minibatch",
+               "--run", "3", "--params", str(PARAMS)]
+    for item in overrides:
+        command += ["--set", item]
+    subprocess.run([*command, "--runs-dir", str(tmp_path / "whole")], check=True,
+                   capture_output=True, env=cli_env())
+    run_dir = tmp_path / "killed" / "minibatch" / "3"
+    rng = random.Random()
+    for _ in range(3):
+        process = subprocess.Popen([*command, "--runs-dir", str(tmp_path / "killed")],
+                                   env=cli_env(), stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(8.0, 25.0))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    subprocess.run([*command, "--runs-dir", str(tmp_path / "killed")], check=True,
+                   capture_output=True, env=cli_env())
+    assert (run_dir / "hashes.jsonl").read_bytes() == (
+        tmp_path / "whole" / "minibatch" / "3" / "hashes.jsonl").read_bytes()

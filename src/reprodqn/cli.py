@@ -351,12 +351,51 @@ def cmd_study(args) -> int:
     if jobs:
         from reprodqn import tracking
 
+        executor = _executor(args, params)
         if tracking.enabled():
             tracking.experiment_id()  # the store's schema, created once, before any job
-        workers = args.workers or launch.default_workers(threads)
-        results = launch.LocalExecutor(workers).run(jobs, label)
-        launch.check(results, label)
+            uri = tracking.tracking_uri()
+            for job in jobs:  # every job reaches the same store, wherever it runs
+                job.env["MLFLOW_TRACKING_URI"] = uri
+                job.env["REPRODQN_MLFLOW_EXPERIMENT"] = tracking.experiment_name()
+        launch.check(executor.run(jobs, label), label)
     return 0
+
+
+def _executor(args, params):
+    """The local pool, or Slurm: a launch setting (flag, environment, launcher.yaml), never a
+    param, so switching never reruns anything or changes a result."""
+    import os
+
+    from reprodqn import launch
+
+    name = args.launcher or os.environ.get("REPRODQN_LAUNCHER", "local")
+    threads = params.compute.threads
+    if name == "local":
+        return launch.LocalExecutor(args.workers or launch.default_workers(threads))
+    if name != "slurm":
+        raise InputError(f"--launcher {name}: expected local or slurm")
+    config = args.launcher_config or (Path("launcher.yaml") if Path("launcher.yaml").exists()
+                                      else None)
+    executor = launch.SlurmExecutor(launch.load_launcher_settings(config), threads, Path.cwd())
+    resume_every = params.train.resume_every if args.stage == "train" else None
+    executor.check(resume_every, _measured_speed(args.runs_dir))
+    return executor
+
+
+def _measured_speed(runs_dir: Path) -> float | None:
+    """Median training speed recorded by earlier runs (for the time-limit check)."""
+    import json
+    import statistics
+
+    speeds = []
+    for path in runs_dir.glob("*/*/process.jsonl"):
+        for line in path.read_text().splitlines()[-5:]:
+            try:
+                speeds.append(float(json.loads(line)["steps_per_second"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return statistics.median(speeds) if speeds else None
 
 
 def _finished(run_dir: Path, config) -> bool:
@@ -512,6 +551,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("stage", choices=("train", "evaluate"))
     p.add_argument("--workers", type=int, default=None,
                    help="parallel jobs (default: $REPRODQN_WORKERS, else one per GPU or core)")
+    p.add_argument("--launcher", choices=("local", "slurm"), default=None,
+                   help="where jobs run (default: $REPRODQN_LAUNCHER, else local)")
+    p.add_argument("--launcher-config", type=Path, default=None,
+                   help="Slurm settings (default: launcher.yaml if present)")
     p.add_argument("--runs-dir", type=Path, default=Path("runs"))
     p.add_argument("--evaluations-dir", type=Path, default=Path("evaluations"))
     p.set_defaults(handler=cmd_study)
