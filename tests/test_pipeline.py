@@ -5,7 +5,6 @@ their stages, the bundle and verify."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -15,25 +14,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ROOT, cli_env
+from reprodqn.config import GROUP_NAMES as GROUPS
+
+from .conftest import ROOT, TINY_OVERLAY, cli_env
 
 TINY_STUDY = {
-    "agent": {"network": "nips", "batch_size": 8, "target_sync_every": 100,
-              "epsilon_decay_steps": 300},
-    "replay": {"capacity": 1000, "learning_starts": 200},
-    "train": {"steps": 600, "checkpoint_every": 200, "resume_every": 300, "log_every": 100},
+    **TINY_OVERLAY,
     "study": {"runs_per_group": 2},
     "evaluation": {"episodes": 3, "max_frames": 600},
     "start_states": {"candidates": 24, "top_k": 8, "selected": 3},
     "ranker": {"steps": 400},
 }
-GROUPS = ("deterministic", "gpu", "environment", "exploration", "initialization", "minibatch")
 
 
 def env() -> dict:
-    e = cli_env()
-    e.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{e['PATH']}", DVC_NO_ANALYTICS="1",
-             REPRODQN_WORKERS="2")
+    e = cli_env(DVC_NO_ANALYTICS="1", REPRODQN_WORKERS="2")
     e.pop("MLFLOW_TRACKING_URI", None)
     return e
 

@@ -15,20 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reprodqn.config import GROUP_NAMES as GROUPS
 from reprodqn.errors import InputError
 
-from .conftest import PARAMS, TINY, cli_env
+from .conftest import PARAMS, TINY, TINY_OVERLAY, cli_env
 
 pytestmark = pytest.mark.slurm
 
-GROUPS = ("deterministic", "gpu", "environment", "exploration", "initialization", "minibatch")
-TINY_STUDY = {
-    "agent": {"network": "nips", "batch_size": 8, "target_sync_every": 100,
-              "epsilon_decay_steps": 300},
-    "replay": {"capacity": 1000, "learning_starts": 200},
-    "train": {"steps": 600, "checkpoint_every": 200, "resume_every": 300, "log_every": 100},
-    "study": {"runs_per_group": 1},
-}
+TINY_STUDY = {**TINY_OVERLAY, "study": {"runs_per_group": 1}}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -46,10 +40,7 @@ def slurm_is_up():
 
 
 def env() -> dict:
-    e = cli_env()
-    e.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{e['PATH']}",
-             REPRODQN_TRACKING="0")
-    return e
+    return cli_env(REPRODQN_TRACKING="0")
 
 
 def workspace(root: Path, overlay: dict, launcher: dict | None = None) -> Path:
