@@ -68,10 +68,11 @@ ui: $(STAMP)
 	MLFLOW_DISABLE_TELEMETRY=true mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \
 	  --host 127.0.0.1 --port $(UI_PORT) --workers 1
 
-# Regenerate requirements.lock (exact versions and hashes) for the container's platform.
+# Regenerate requirements.lock (exact versions and hashes of the runtime dependencies) for
+# the container's platform; the image runs the pipeline, not the tests.
 lock: $(STAMP)
 	$(BIN)/python -m pip install --quiet 'uv>=0.5'
-	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 \
+	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28 --no-header --quiet -o requirements.lock
 
 docker-build:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import re
 import shutil
 import subprocess
@@ -43,6 +45,32 @@ def test_lock_pins_every_runtime_dependency_with_hashes():
     requirement_blocks = [b for b in blocks if "==" in b.splitlines()[0]]
     assert len(requirement_blocks) == len(pins)
     assert all("--hash=sha256:" in block for block in requirement_blocks)
+
+
+def declared_distributions() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {normalize(re.match(r"[A-Za-z0-9._-]+", r).group(0)) for r in project["dependencies"]}
+
+
+def imported_top_level_modules() -> set[str]:
+    modules = set()
+    for source in (ROOT / "src" / "reprodqn").glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.split(".")[0])
+    return modules - set(sys.stdlib_module_names) - {"reprodqn", "__future__"}
+
+
+def test_every_third_party_import_of_the_package_is_a_declared_dependency():
+    # A module installed by hand but never declared passes locally and fails on a fresh machine.
+    providers = importlib.metadata.packages_distributions()
+    declared = declared_distributions()
+    for module in sorted(imported_top_level_modules()):
+        distributions = {normalize(d) for d in providers.get(module, [])}
+        assert distributions, f"{module} is imported but no installed distribution provides it"
+        assert distributions & declared, f"{module} ({distributions}) missing from pyproject"
 
 
 def test_image_installs_from_the_lock_as_a_non_root_user_with_seeded_numerics():
