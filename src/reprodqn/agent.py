@@ -11,15 +11,22 @@ from torch.nn import functional as F
 
 from reprodqn.network import build_q_network
 
-TINY = torch.finfo(torch.float32).tiny
+
+def exact_sqrt_floor(eps: float) -> float:
+    """The largest clamp that cannot change fl(sqrt(v) + eps) in float32: (ulp(eps)/4)^2
+    (2^-64 for the paper's eps = 0.01)."""
+    floor = float((np.spacing(np.float32(eps), dtype=np.float32) / 4) ** 2)
+    return floor if floor >= np.finfo(np.float32).tiny else 0.0
 
 
 class RMSprop(torch.optim.RMSprop):
     """torch.optim.RMSprop (uncentred, no momentum), the same arithmetic in the same order,
-    with one speed fix: torch 2.13's CPU sqrt is ~20x slower on exact zeros (measured), and
-    dead ReLU units leave most of fc1's square average at zero. Clamping the square average
-    to the smallest normal float first changes nothing: any root below sqrt(tiny) ~ 1e-19
-    vanishes when eps is added. Bit-identical to torch's RMSprop (tests/test_agent.py)."""
+    with one speed fix: torch 2.13's CPU sqrt is ~20x slower on zeros, and on its AVX2 path
+    on anything below ~1e-25 (measured), and dead ReLU units leave most of fc1's square
+    average at zero. Clamping the square average to (ulp(eps)/4)^2 first changes nothing:
+    the root of anything below it is under a quarter ulp of eps and vanishes when eps is
+    added, exactly as a root of zero does. Bit-identical to torch's RMSprop
+    (tests/test_agent.py)."""
 
     def __init__(self, params, lr: float, alpha: float, eps: float):
         super().__init__(params, lr=lr, alpha=alpha, eps=eps, foreach=False)
@@ -28,7 +35,7 @@ class RMSprop(torch.optim.RMSprop):
     def step(self, closure=None):
         for group in self.param_groups:
             lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
-            floor = TINY if eps > 1e-9 else 0.0  # exact while sqrt(TINY) < ulp(eps) / 2
+            floor = exact_sqrt_floor(eps)
             for param in group["params"]:
                 if param.grad is None:
                     continue
