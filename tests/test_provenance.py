@@ -4,6 +4,7 @@ is reproducible; a run trained under other conditions is never resumed or reused
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import json
 import shutil
 import subprocess
@@ -31,8 +32,14 @@ def test_conditions_record_what_the_paper_lists(conditions):
     assert conditions["memory_bytes"] > 0 and conditions["os"]["kernel"]
     gpu = conditions["gpu"]
     assert "present" in gpu and (gpu["present"] or "no CUDA device" in gpu["note"])
-    for name in ("torch", "numpy", "ale-py", "opencv-python-headless", "gymnasium"):
+    for name in ("torch", "numpy", "ale-py", "opencv-python-headless"):
         assert conditions["packages"][name], name
+    # gymnasium is recorded when present; the package drives ALEInterface directly (atari.py)
+    try:
+        gymnasium = importlib.metadata.version("gymnasium")
+    except importlib.metadata.PackageNotFoundError:
+        gymnasium = None
+    assert conditions["packages"]["gymnasium"] == gymnasium
     assert conditions["python"]["version"].startswith("3.11")
     assert conditions["numerics"]["torch_threads"] == 1
     assert "CUBLAS_WORKSPACE_CONFIG" in conditions["numerics"]["environment"]
