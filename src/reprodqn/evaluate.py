@@ -19,6 +19,7 @@ import csv
 import io
 import json
 import multiprocessing
+from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -119,11 +120,15 @@ def play(net: QNetwork, specs: Sequence[EpisodeSpec], protocol: Protocol,
         views.append(view)
     lives = [e.lives() for e in emulators]
     scores, frames = [0] * n, [0] * n
-    live = list(range(n))
+    # Round robin over live episodes, a whole number of chunks per round (the rest wait for
+    # the next one): no chunk is padded until fewer than one chunk's worth are left. The
+    # order cannot change results: episodes are independent and every chunk the same size.
+    live = deque(range(n))
     while live:
-        actions = q_values(net, histories[live], p.chunk).argmax(axis=1)
-        still = []
-        for k, action in zip(live, actions, strict=True):
+        due = len(live) if len(live) < p.chunk else len(live) - len(live) % p.chunk
+        batch = [live.popleft() for _ in range(due)]
+        actions = q_values(net, histories[batch], p.chunk).argmax(axis=1)
+        for k, action in zip(batch, actions, strict=True):
             emulator = emulators[k]
             scores[k] += emulator.repeat(emulator.action_set[action], p.frame_skip)
             frames[k] += p.frame_skip
@@ -135,8 +140,7 @@ def play(net: QNetwork, specs: Sequence[EpisodeSpec], protocol: Protocol,
                 views[k].push(emulator.observe())
                 lives[k] = emulator.lives()
             if frames[k] < p.max_frames:
-                still.append(k)
-        live = still
+                live.append(k)
     return [EpisodeResult(s.episode, s.start_sequence, s.sticky_seed, scores[k], frames[k])
             for k, s in enumerate(specs)]
 
