@@ -33,11 +33,14 @@ def test_base_image_is_pinned_by_digest_with_its_tag():
     assert re.fullmatch(r"nvidia/cuda:[\w.-]+-runtime-ubuntu\d+\.\d+@sha256:[0-9a-f]{64}", base)
 
 
-def test_lock_pins_every_runtime_dependency_with_hashes():
+def declared_distributions() -> set[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {normalize(re.match(r"[A-Za-z0-9._-]+", r).group(0)) for r in project["dependencies"]}
+
+
+def test_lock_pins_every_runtime_dependency_with_hashes():
     pins = locked()
-    for requirement in project["dependencies"]:
-        name = normalize(re.match(r"[A-Za-z0-9._-]+", requirement).group(0))
+    for name in sorted(declared_distributions()):
         assert name in pins, f"{name} missing from requirements.lock"
     assert pins["torch"] == "2.13.0"
     assert any(n.startswith("nvidia-cudnn") for n in pins)  # the CUDA build, for the image
@@ -45,11 +48,6 @@ def test_lock_pins_every_runtime_dependency_with_hashes():
     requirement_blocks = [b for b in blocks if "==" in b.splitlines()[0]]
     assert len(requirement_blocks) == len(pins)
     assert all("--hash=sha256:" in block for block in requirement_blocks)
-
-
-def declared_distributions() -> set[str]:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {normalize(re.match(r"[A-Za-z0-9._-]+", r).group(0)) for r in project["dependencies"]}
 
 
 def imported_top_level_modules() -> set[str]:
