@@ -36,8 +36,8 @@ def tiny_params():
 def train_tiny(params, run_dir: Path, group: str = "deterministic", run: int = 0) -> list:
     """Train to completion in this process; returns the hashes.jsonl lines."""
     from reprodqn.config import resolve_run
-    from reprodqn.rundir import read_hashes
     from reprodqn.train import train
+    from reprodqn.workspace import read_hashes
 
     for _ in train(resolve_run(params, group, run), run_dir):
         pass

@@ -24,9 +24,9 @@ from reprodqn.evaluate import (
     evaluation_digest,
     load_network,
     play,
-    read_eval,
 )
 from reprodqn.network import QNetwork, build_q_network
+from reprodqn.workspace import read_eval
 
 from .conftest import PARAMS
 

@@ -19,8 +19,8 @@ from reprodqn import determinism
 from reprodqn.checkpoints import load_weights
 from reprodqn.config import resolve_run
 from reprodqn.errors import InputError
-from reprodqn.rundir import checkpoint_path, read_hashes
 from reprodqn.train import ResumePointWritten, train
+from reprodqn.workspace import checkpoint_path, read_hashes
 
 from .conftest import PARAMS, TINY, cli_env, train_tiny
 

@@ -15,6 +15,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+from reprodqn import workspace
 from reprodqn.errors import InputError
 from reprodqn.files import atomic_open, sha256_file
 
@@ -22,9 +23,6 @@ PROJECT_FILES = ("README.md", "Makefile", "Dockerfile", ".dockerignore", "pyproj
                  "requirements.lock", "params.yaml", "params-smoke.yaml", "dvc.yaml",
                  "dvc.lock", ".dvcignore", ".dvc/config", ".gitignore")
 PROJECT_DIRS = ("src", "tests", "bench", ".ci")
-RESULT_DIRS = ("start_sequences", "results", "evaluations", "reports")
-RUN_FILES = ("hashes.jsonl", "process.jsonl", "config.json", "conditions.json",
-             "determinism.json", "complete.json")
 ROOT = "reprodqn-bundle"
 
 
@@ -46,14 +44,15 @@ def _tracked(root: Path) -> list[Path]:
 
 def collect(root: Path, checkpoints: bool) -> list[Path]:
     root = Path(root)
-    if not (root / "runs").is_dir():
-        raise InputError(f"{root / 'runs'}: no runs to bundle; run the study first")
+    runs = root / workspace.RUNS
+    if not runs.is_dir():
+        raise InputError(f"{runs}: no runs to bundle; run the study first")
     files = set(_tracked(root))
-    for directory in RESULT_DIRS:
+    for directory in workspace.RESULT_DIRS:
         files |= {p.relative_to(root) for p in (root / directory).rglob("*")
                   if p.is_file() and not p.name.endswith(".progress.jsonl")}
-    for run_dir in sorted(p for p in (root / "runs").glob("*/*") if p.is_dir()):
-        files |= {(run_dir / name).relative_to(root) for name in RUN_FILES
+    for run_dir in sorted(p for p in runs.glob("*/*") if p.is_dir()):
+        files |= {(run_dir / name).relative_to(root) for name in workspace.RUN_RECORDS
                   if (run_dir / name).exists()}
         if checkpoints:
             files |= {p.relative_to(root) for p in (run_dir / "checkpoints").glob("*")}

@@ -16,10 +16,10 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from reprodqn import rng
 from reprodqn.errors import InputError
 
 GROUP_NAMES = ("deterministic", "gpu", "environment", "exploration", "initialization", "minibatch")
-SEED_NAMES = ("init", "exploration", "minibatch", "sticky", "noop")
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
@@ -94,6 +94,10 @@ class SeedsConfig(_Frozen):
     noop: Seed = Field(123, description="No-op start stream.")
 
 
+# the seeds are the run's streams, named once in rng
+assert tuple(SeedsConfig.model_fields) == rng.RUN_STREAMS, "SeedsConfig != rng.RUN_STREAMS"
+
+
 class ComputeConfig(_Frozen):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto = CUDA when available; the device used is recorded."
@@ -111,7 +115,7 @@ class ComputeConfig(_Frozen):
 
 
 class GroupConfig(_Frozen):
-    vary: Literal["init", "exploration", "minibatch", "sticky"] | None = Field(
+    vary: Literal[*rng.RUN_STREAMS] | None = Field(
         None, description="The seed that differs between this group's runs, if any."
     )
     seeds: list[Seed] = Field(default_factory=list, description="Run r uses seeds[r].")

@@ -13,9 +13,7 @@ import os
 
 import torch
 
-CUBLAS_WORKSPACE = ":4096:8"
-NUMERICS_ENV = ("CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR", "PYTHONHASHSEED")
+from reprodqn import isa
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -32,7 +30,7 @@ def configure(device_request: str, threads: int,
               deterministic_gpu: bool) -> tuple[torch.device, dict]:
     """Apply the settings; return the device and a record of what was applied."""
     if deterministic_gpu:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", isa.CUBLAS_WORKSPACE)
     device = resolve_device(device_request)
 
     torch.set_num_threads(threads)
@@ -63,7 +61,7 @@ def configure(device_request: str, threads: int,
             "cudnn_conv": torch.backends.cudnn.conv.fp32_precision,
             "mkldnn": torch.backends.mkldnn.fp32_precision,
         },
-        "environment": {name: os.environ.get(name) for name in NUMERICS_ENV},
+        "environment": {name: os.environ.get(name) for name in isa.NUMERICS_ENV},
     }
     if device.type == "cuda":
         applied["cuda_version"] = torch.version.cuda

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reprodqn import determinism
+from reprodqn import determinism, rng, workspace
 from reprodqn.atari import Emulator, FrameHistory, replay_start_sequence, start_without_sequence
 from reprodqn.checkpoints import load_weights
 from reprodqn.config import canonical_json
@@ -109,7 +109,7 @@ def play(net: QNetwork, specs: Sequence[EpisodeSpec], protocol: Protocol,
         emulator = emulators[k]
         if spec.sticky_seed is not None:  # this episode's own sticky stream
             emulator.sticky_p = p.sticky_p
-            emulator.sticky_rng = np.random.Generator(np.random.PCG64(spec.sticky_seed))
+            emulator.sticky_rng = rng.stream(spec.sticky_seed)
         else:
             emulator.sticky_p, emulator.sticky_rng = 0.0, None
         view = FrameHistory(p.history_length, p.screen_size, histories[k])
@@ -229,9 +229,6 @@ class Evaluator:
 # A run's evaluation: every checkpoint in hashes.jsonl -> eval.csv
 
 
-CSV_FIELDS = ("step", "episode", "start_sequence", "sticky_seed", "score", "frames")
-
-
 @dataclass(frozen=True)
 class CheckpointEvaluated:
     index: int
@@ -259,7 +256,6 @@ def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Ev
     own: DVC lets no stage write inside another's outputs); progress survives interruption
     per checkpoint."""
     from reprodqn.files import append_line, write_json, write_text
-    from reprodqn.rundir import checkpoint_path
 
     out_dir.mkdir(parents=True, exist_ok=True)
     progress_path = out_dir / "eval.progress.jsonl"
@@ -276,7 +272,7 @@ def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Ev
             json.dumps({"digest": digest, "step": s, "results": r}) + "\n"
             for s, r in done.items()))
 
-    todo = [(checkpoint_path(run_dir, h["step"]), h["weights_sha256"]) for h in hashes
+    todo = [(workspace.checkpoint_path(run_dir, h["step"]), h["weights_sha256"]) for h in hashes
             if h["step"] not in done]
     fresh = evaluator.evaluate_many(todo, specs)
     rows = []
@@ -296,7 +292,7 @@ def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Ev
                                   resumed)
 
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, CSV_FIELDS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, workspace.EVAL_CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     write_text(out_dir / "eval.csv", buffer.getvalue())
@@ -306,11 +302,6 @@ def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Ev
         "device": evaluator.device,
     })
     progress_path.unlink(missing_ok=True)
-
-
-def read_eval(out_dir: Path) -> list[dict]:
-    with open(out_dir / "eval.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def end_state_histories(sequences, protocol: Protocol) -> np.ndarray:

@@ -8,6 +8,9 @@ or above it. The libraries read these settings when they first run a kernel (mea
 setting them after `import torch` but before any op still works; after a convolution,
 nothing changes), so they are applied before torch is even imported, and refused after:
 this module must not import torch.
+
+It is also the one owner of the numerics environment: the variables that change numbers,
+which every job states explicitly and conditions.json records.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ from pathlib import Path
 from reprodqn.errors import InputError
 
 KNOBS = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_CBWR")
+CUBLAS_WORKSPACE = ":4096:8"  # PyTorch's reproducibility notes: deterministic cuBLAS
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# what conditions.json records, and the part of it the conditions fingerprint covers
+NUMERICS_ENV = ("CUBLAS_WORKSPACE_CONFIG", *KNOBS, *THREAD_ENV, "PYTHONHASHSEED")
+FINGERPRINT_ENV = ("CUBLAS_WORKSPACE_CONFIG", *KNOBS)
 FLOORS = {
     "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},
     "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "ATEN_CPU_CAPABILITY": "avx512",
@@ -32,15 +40,21 @@ REQUIRED_FLAGS = {
 }
 
 
-def machine_flags() -> set[str]:
+def cpuinfo() -> dict[str, str]:
+    """/proc/cpuinfo's fields for the first processor (empty where there is none)."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
-            if key.strip() in ("flags", "Features"):
-                return set(value.split())
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return set()
+    return fields
+
+
+def machine_flags() -> set[str]:
+    fields = cpuinfo()
+    return set(fields.get("flags", fields.get("Features", "")).split())
 
 
 def apply(floor: str) -> dict[str, str | None]:

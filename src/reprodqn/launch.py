@@ -22,15 +22,15 @@ from pathlib import Path
 import submitit
 from pydantic import BaseModel, ConfigDict, Field
 
+from reprodqn import isa
 from reprodqn.errors import InputError
 from reprodqn.progress import format_duration
 
 # passed to every job explicitly; anything else a job needs comes from its params
 JOB_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONHASHSEED",
-                   "CUBLAS_WORKSPACE_CONFIG", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY",
-                   "MKL_CBWR", "MLFLOW_TRACKING_URI", "REPRODQN_MLFLOW_EXPERIMENT",
-                   "REPRODQN_TRACKING", "REPRODQN_IMAGE", "REPRODQN_IMAGE_DIGEST",
-                   "VIRTUAL_ENV", "DVC_ROOT")
+                   "CUBLAS_WORKSPACE_CONFIG", *isa.KNOBS, "MLFLOW_TRACKING_URI",
+                   "REPRODQN_MLFLOW_EXPERIMENT", "REPRODQN_TRACKING", "REPRODQN_IMAGE",
+                   "REPRODQN_IMAGE_DIGEST", "VIRTUAL_ENV", "DVC_ROOT")
 SCHEDULER_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")
 
 
@@ -53,8 +53,8 @@ def job_environment(threads: int) -> dict[str, str]:
     """The environment every job starts from: numerics settings stated, not inherited."""
     env = {name: os.environ[name] for name in JOB_ENVIRONMENT if name in os.environ}
     env.setdefault("PYTHONHASHSEED", "0")
-    env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    env.setdefault("CUBLAS_WORKSPACE_CONFIG", isa.CUBLAS_WORKSPACE)
+    env.update(dict.fromkeys(isa.THREAD_ENV, str(threads)))
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

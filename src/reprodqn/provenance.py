@@ -19,6 +19,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from reprodqn import isa
 from reprodqn.config import canonical_json
 
 # instruction-set flags that decide which kernels torch, oneDNN, MKL and OpenCV run
@@ -28,10 +29,6 @@ ISA_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx51
 NUMERIC_PACKAGES = ("torch", "numpy", "ale-py", "opencv-python-headless")
 REPORTED_PACKAGES = (*NUMERIC_PACKAGES, "gymnasium", "safetensors", "pydantic", "mlflow",
                      "dvc", "submitit", "nvidia-ml-py")
-NUMERICS_ENV = ("CUBLAS_WORKSPACE_CONFIG", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY",
-                "MKL_CBWR", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED")
-FINGERPRINT_ENV = ("CUBLAS_WORKSPACE_CONFIG", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY",
-                   "MKL_CBWR")
 IMAGE_ENV = ("REPRODQN_IMAGE", "REPRODQN_IMAGE_DIGEST")
 
 
@@ -43,14 +40,8 @@ def package_version(name: str) -> str | None:
 
 
 def cpu_info() -> dict:
-    fields: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())  # the first processor's values
-    except OSError:
-        pass
-    flags = set(fields.get("flags", fields.get("Features", "")).split())
+    fields = isa.cpuinfo()
+    flags = isa.machine_flags()
     import torch
 
     return {
@@ -154,7 +145,7 @@ def collect(compute_config, root: Path = Path(".")) -> dict:
             "cpu_isa": compute_config.cpu_isa,
             "torch_threads": compute_config.threads,
             "deterministic_gpu_default": compute_config.deterministic_gpu,
-            "environment": {name: os.environ.get(name) for name in NUMERICS_ENV},
+            "environment": {name: os.environ.get(name) for name in isa.NUMERICS_ENV},
         },
         "container": container_info(),
         "bundle": git_info(root),
@@ -184,7 +175,7 @@ def fingerprint_fields(conditions: dict) -> dict:
         "packages": {name: conditions["packages"].get(name) for name in NUMERIC_PACKAGES},
         "torch_threads": conditions["numerics"]["torch_threads"],
         "environment": {name: conditions["numerics"]["environment"].get(name)
-                        for name in FINGERPRINT_ENV},
+                        for name in isa.FINGERPRINT_ENV},
     }
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from reprodqn import workspace
 from reprodqn.config import GROUP_NAMES
 from reprodqn.files import read_json, write_json, write_text
 
@@ -61,15 +62,9 @@ class RunResult:
 
 
 def load_run(run_dir: Path, eval_dir: Path, group: str, run: int) -> RunResult:
-    from reprodqn.rundir import read_hashes
-
-    result = RunResult(group, run, read_hashes(run_dir))
-    path = eval_dir / "eval.csv"
-    if path.exists():
-        with open(path, newline="") as handle:
-            for row in csv.DictReader(handle):
-                result.scores.setdefault(int(row["step"]), []).append(float(row["score"]))
-        result.steps = sorted(result.scores)
+    result = RunResult(group, run, workspace.read_hashes(run_dir))
+    result.scores = workspace.eval_scores(eval_dir)
+    result.steps = sorted(result.scores)
     if (run_dir / "conditions.json").exists():
         result.conditions = read_json(run_dir / "conditions.json", "run conditions")
     return result
@@ -77,7 +72,9 @@ def load_run(run_dir: Path, eval_dir: Path, group: str, run: int) -> RunResult:
 
 def load_study(root: Path, groups, runs_per_group: int) -> dict[str, list[RunResult]]:
     """Every run of a workspace (or an unpacked bundle): runs/ and evaluations/."""
-    return {g: [load_run(root / "runs" / g / str(r), root / "evaluations" / g / str(r), g, r)
+    root = Path(root)
+    return {g: [load_run(workspace.run_dir(root / workspace.RUNS, g, r),
+                         workspace.eval_dir(root / workspace.EVALUATIONS, g, r), g, r)
                 for r in range(runs_per_group)] for g in groups}
 
 
@@ -459,7 +456,7 @@ def verify(ours: Path, reference: Path, groups, runs_per_group: int) -> dict:
                 divergence = {"group": group, "run": a.run, "step": step, "chain": "evaluation"}
     conditions = {}
     for side, root in (("ours", ours), ("reference", reference)):
-        path = root / "results" / "conditions.json"
+        path = workspace.conditions_path(root)
         conditions[side] = read_json(path, "conditions record") if path.exists() else None
     changed, numeric = [], []
     if conditions["ours"] and conditions["reference"]:

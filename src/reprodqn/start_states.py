@@ -17,6 +17,7 @@ import numpy as np
 from reprodqn.config import canonical_json
 from reprodqn.errors import InputError
 from reprodqn.files import read_json, sha256_file, write_json, write_text
+from reprodqn.rng import GENERATOR, stream
 
 FORMAT = "reprodqn-start-sequences/1"
 UNIT = "emulator frame"
@@ -87,7 +88,7 @@ def check_sequence(sequence, where: str) -> None:
 def generate_candidates(config) -> dict:
     """`config.candidates` sequences; each: a length uniform in [min, max], then that many
     actions uniform over the minimal action set, all from the candidates stream."""
-    rng = np.random.Generator(np.random.PCG64(config.candidates_seed))
+    rng = stream(config.candidates_seed)
     actions = np.array(BREAKOUT_ACTIONS)
     sequences = []
     for _ in range(config.candidates):
@@ -95,7 +96,7 @@ def generate_candidates(config) -> dict:
         sequences.append([int(a) for a in actions[rng.integers(0, len(actions), length)]])
     return document(sequences, {
         "stage": "candidates",
-        "generator": "numpy.random.Generator(PCG64)",
+        "generator": GENERATOR,
         "stream": "candidates",
         "seed": config.candidates_seed,
         "length_range": [config.min_length, config.max_length],
@@ -170,7 +171,7 @@ def select(candidates: dict, max_q: np.ndarray, config, ranker_sha256: str,
     lines = ["index,length,max_q,rank"]
     lines += [f"{i},{len(s)},{float(max_q[i])!r},{ranks[i]}" for i, s in enumerate(sequences)]
     top = np.argsort(ranks, kind="stable")[: config.top_k]  # candidate indices, best first
-    rng = np.random.Generator(np.random.PCG64(config.selection_seed))
+    rng = stream(config.selection_seed)
     chosen = sorted(int(i) for i in rng.choice(top, size=config.selected, replace=False))
     doc = document([sequences[i] for i in chosen], {
         "stage": "select",
@@ -180,7 +181,7 @@ def select(candidates: dict, max_q: np.ndarray, config, ranker_sha256: str,
         "ranking": f"max_a Q(s, a) at the end state; top {config.top_k} of "
                    f"{len(sequences)}",
         "selection": f"{config.selected} drawn without replacement from the top "
-                     f"{config.top_k}: numpy.random.Generator(PCG64).choice",
+                     f"{config.top_k}: {GENERATOR}.choice",
         "selection_seed": config.selection_seed,
         "candidates_seed": candidates["provenance"].get("seed"),
     })

@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import load_file as load_tensors
 from safetensors.torch import save_file as save_tensors
 
-from reprodqn import determinism, provenance
+from reprodqn import determinism, provenance, workspace
 from reprodqn.agent import DQNAgent
 from reprodqn.atari import FrameHistory, TrainingEnv
 from reprodqn.checkpoints import cpu_weights, save_weights
@@ -39,10 +39,8 @@ from reprodqn.config import RunConfig
 from reprodqn.errors import InputError
 from reprodqn.files import append_line, fsync_dir, read_json, sha256_file, truncate, write_json
 from reprodqn.replay import ReplayMemory
-from reprodqn.rng import Streams, torch_generator
-from reprodqn.rundir import checkpoint_path
+from reprodqn.rng import TRAINING_STREAMS, Streams, torch_generator
 
-TRAINING_STREAMS = ("exploration", "minibatch", "sticky", "noop")
 EMPTY_CHAIN = "0" * 64
 
 
@@ -294,26 +292,15 @@ def prepare_run_dir(config: RunConfig, run_dir: Path, restart: bool,
                     fingerprint: str) -> None:
     """Check an existing run directory belongs to these params and these experimental
     conditions (or discard it on request): results never mix either."""
-    config_path = run_dir / "config.json"
-    if config_path.exists():
-        recorded = read_json(config_path, "run config")
-        stale = None
-        if recorded.get("digest") != config.digest():
-            stale = (f"different params (digest {str(recorded.get('digest'))[:12]}, now "
-                     f"{config.digest()[:12]})")
-        elif recorded.get("fingerprint") != fingerprint:
-            stale = (f"different experimental conditions (fingerprint "
-                     f"{str(recorded.get('fingerprint'))[:12]}, now {fingerprint[:12]})")
-        if stale and not restart:
-            raise InputError(f"{run_dir}: holds a run trained with {stale}; rerun with "
-                             "--restart to discard it")
-        if stale:
-            shutil.rmtree(run_dir)
-    elif restart and run_dir.exists():
+    stale = workspace.stale_reason(run_dir, config.digest(), fingerprint)
+    if stale and not restart:
+        raise InputError(f"{run_dir}: holds a run trained with {stale}; rerun with "
+                         "--restart to discard it")
+    if stale or (restart and not (run_dir / "config.json").exists() and run_dir.exists()):
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(config_path, {"digest": config.digest(), "fingerprint": fingerprint,
-                             "config": config.model_dump(mode="json")})
+    write_json(run_dir / "config.json", {"digest": config.digest(), "fingerprint": fingerprint,
+                                         "config": config.model_dump(mode="json")})
 
 
 def train(config: RunConfig, run_dir: Path, restart: bool = False) -> Iterator[object]:
@@ -382,7 +369,7 @@ def _process_record(run: Run, rate: float) -> ProcessRecord:
 
 def _checkpoint(run: Run) -> CheckpointWritten:
     run.flush_losses()
-    path = checkpoint_path(run.dir, run.step)
+    path = workspace.checkpoint_path(run.dir, run.step)
     digest = save_weights(path, cpu_weights(run.agent.online), {
         "step": run.step, "network": run.config.agent.network,
         "n_actions": run.env.n_actions, "history_length": run.config.env.history_length,

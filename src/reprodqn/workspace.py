@@ -1,0 +1,107 @@
+"""Where a study keeps its files, and how its records are read back.
+
+One owner for every path and record format that more than one stage uses: training,
+evaluation, the report, verify, tracking and the bundle all reach a run's files through
+here, so those stages depend on this layout, not on each other's source.
+
+  runs/<group>/<run>/         a training run (see train.py for what it holds)
+  evaluations/<group>/<run>/  eval.csv, eval.json (its own out: DVC forbids nesting)
+  results/                    conditions.json, fingerprint.json, sbom.cdx.json
+  reports/                    the report stage's output
+  start_sequences/            candidates, ranking, the selected and imported sequences
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from reprodqn.files import read_json
+
+RUNS = Path("runs")
+EVALUATIONS = Path("evaluations")
+RESULTS = Path("results")
+REPORTS = Path("reports")
+START_SEQUENCES = Path("start_sequences")
+RESULT_DIRS = (START_SEQUENCES, RESULTS, EVALUATIONS, REPORTS)  # what a bundle ships whole
+
+# files of one run that describe it (a bundle ships these; checkpoints only on request)
+RUN_RECORDS = ("hashes.jsonl", "process.jsonl", "config.json", "conditions.json",
+               "determinism.json", "complete.json")
+EVAL_CSV_FIELDS = ("step", "episode", "start_sequence", "sticky_seed", "score", "frames")
+
+
+def run_dir(runs: Path, group: str, run: int) -> Path:
+    return Path(runs) / group / str(run)
+
+
+def eval_dir(evaluations: Path, group: str, run: int) -> Path:
+    return Path(evaluations) / group / str(run)
+
+
+def conditions_path(root: Path = Path(".")) -> Path:
+    return Path(root) / RESULTS / "conditions.json"
+
+
+def fingerprint_path(root: Path = Path(".")) -> Path:
+    return Path(root) / RESULTS / "fingerprint.json"
+
+
+def sbom_path(root: Path = Path(".")) -> Path:
+    return Path(root) / RESULTS / "sbom.cdx.json"
+
+
+def checkpoint_path(run: Path, step: int) -> Path:
+    return Path(run) / "checkpoints" / f"step-{step:09d}.safetensors"
+
+
+def read_hashes(run: Path) -> list[dict]:
+    """hashes.jsonl: one line per checkpoint (step, weights and loss-chain SHA-256, updates)."""
+    path = Path(run) / "hashes.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_eval(out_dir: Path) -> list[dict]:
+    """eval.csv as rows of strings, one per checkpoint and episode."""
+    with open(Path(out_dir) / "eval.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def eval_scores(out_dir: Path) -> dict[int, list[float]]:
+    """Per checkpoint step, the episode scores in episode order (empty if not evaluated)."""
+    scores: dict[int, list[float]] = {}
+    if (Path(out_dir) / "eval.csv").exists():
+        for row in read_eval(out_dir):
+            scores.setdefault(int(row["step"]), []).append(float(row["score"]))
+    return scores
+
+
+def current_fingerprint(root: Path = Path(".")) -> str | None:
+    """The conditions fingerprint the conditions stage recorded, if it has run."""
+    path = fingerprint_path(root)
+    return read_json(path, "fingerprint")["fingerprint"] if path.exists() else None
+
+
+def stale_reason(run: Path, digest: str, fingerprint: str | None) -> str | None:
+    """Why the run in `run` does not belong to these params and conditions, or None if it
+    does (also None when nothing is there yet). An unknown fingerprint is never a match."""
+    config_path = Path(run) / "config.json"
+    if not config_path.exists():
+        return None
+    recorded = read_json(config_path, "run config")
+    if recorded.get("digest") != digest:
+        return (f"different params (digest {str(recorded.get('digest'))[:12]}, now "
+                f"{digest[:12]})")
+    if fingerprint is None or recorded.get("fingerprint") != fingerprint:
+        return (f"different experimental conditions (fingerprint "
+                f"{str(recorded.get('fingerprint'))[:12]}, now {str(fingerprint)[:12]})")
+    return None
+
+
+def is_finished(run: Path, digest: str, fingerprint: str | None) -> bool:
+    """Complete, with these params and conditions."""
+    return ((Path(run) / "complete.json").exists() and (Path(run) / "config.json").exists()
+            and stale_reason(run, digest, fingerprint) is None)
