@@ -32,7 +32,7 @@ isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
 
 from reprodqn import determinism  # noqa: E402
 from reprodqn.config import resolve_run  # noqa: E402
-from reprodqn.train import Run, epsilon_at  # noqa: E402
+from reprodqn.train import Run  # noqa: E402
 
 
 def random_batches(count: int, config, rng: np.random.Generator) -> list[dict]:
@@ -97,7 +97,7 @@ def measure(phase: str, schedule: list[str], args) -> None:
 
     ours = total / train_seconds
     bound = total / bound_seconds
-    epsilon = epsilon_at(run.step, config.agent, config.replay.learning_starts)
+    epsilon = run.agent.epsilon(run.step)
     print(f"{phase}: epsilon {epsilon:.3f}; device {applied['device']}, torch threads "
           f"{applied['torch_threads']}, network {config.agent.network}, batch "
           f"{config.agent.batch_size}, update every {config.agent.update_every} steps")

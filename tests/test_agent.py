@@ -48,13 +48,17 @@ def test_the_sqrt_floor_is_a_quarter_ulp_squared():
 
 def test_epsilon_greedy_draws_uniform_then_action_from_the_exploration_stream():
     config = load_params(PARAMS, ["agent.network=nips"]).agent
-    agent = DQNAgent(config, 4, 4, 84, torch.device("cpu"), torch.Generator().manual_seed(1))
+    agent = DQNAgent(config, 4, 4, 84, torch.device("cpu"), torch.Generator().manual_seed(1),
+                     learning_starts=100, reward_clip=1.0)
     state = np.zeros((4, 84, 84), np.uint8)
     rng, replay = np.random.default_rng(3), np.random.default_rng(3)
-    actions = [agent.act(state, 0.5, rng) for _ in range(200)]
+    halfway = 100 + config.epsilon_decay_steps * 5 // 9  # epsilon 1.0 -> 0.1: 0.5 here
+    assert agent.epsilon(halfway) == pytest.approx(0.5)
+    actions = [agent.act(state, halfway, rng) for _ in range(200)]
     greedy = agent.greedy_action(state)
     expected = []
     for _ in range(200):
-        expected.append(int(replay.integers(4)) if replay.random() < 0.5 else greedy)
+        expected.append(int(replay.integers(4)) if replay.random() < agent.epsilon(halfway)
+                        else greedy)
     assert actions == expected
     assert len(set(actions)) == 4

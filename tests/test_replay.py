@@ -96,9 +96,9 @@ def test_sampling_is_a_function_of_the_minibatch_stream():
 
 def test_state_round_trip_continues_identically():
     replay, _ = simulate(64, 500, seed=3)
-    scalars, arrays = replay.get_state()
+    state = replay.get_state()
     copy = ReplayMemory(64, 4, 2)
-    copy.set_state(scalars, {k: v.copy() for k, v in arrays.items()})
+    copy.set_state({k: v.copy() if isinstance(v, np.ndarray) else v for k, v in state.items()})
     for memory in (replay, copy):
         memory.add(label(7), 1, 0.0, False, False)
     x = replay.sample(16, np.random.default_rng(1))

@@ -51,12 +51,36 @@ class RMSprop(torch.optim.RMSprop):
                 param.addcdiv_(grad, avg, value=-lr)
 
 
+class LinearEpsilon:
+    """The exploration rate: epsilon_start until learning starts, then linear to
+    epsilon_final over epsilon_decay_steps agent steps (paper, code)."""
+
+    def __init__(self, agent_config, learning_starts: int):
+        self.start, self.final = agent_config.epsilon_start, agent_config.epsilon_final
+        self.decay_steps = agent_config.epsilon_decay_steps
+        self.learning_starts = learning_starts
+
+    def __call__(self, step: int) -> float:
+        """Epsilon for the action taken at agent step `step` (counted from 0)."""
+        progress = min(max((step - self.learning_starts) / self.decay_steps, 0.0), 1.0)
+        return self.start + progress * (self.final - self.start)
+
+
 class DQNAgent:
+    """DQN (Mnih et al. 2015) as the authors ran it: epsilon-greedy acting, one RMSprop
+    update on a uniform minibatch every `update_every` steps once learning has started,
+    Huber loss against a target network copied every `target_sync_every` steps, rewards
+    clipped for learning. A variant overrides `td_target` (Double DQN) or swaps a part."""
+
     def __init__(self, agent_config, n_actions: int, history_length: int, screen_size: int,
-                 device: torch.device, init_generator: torch.Generator):
+                 device: torch.device, init_generator: torch.Generator,
+                 learning_starts: int, reward_clip: float):
         self.config = agent_config
         self.n_actions = n_actions
         self.device = device
+        self.learning_starts = learning_starts
+        self.reward_clip = reward_clip
+        self.epsilon = LinearEpsilon(agent_config, learning_starts)
         self.online = build_q_network(agent_config.network, n_actions, history_length,
                                       screen_size, init_generator).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
@@ -64,9 +88,9 @@ class DQNAgent:
                                  alpha=agent_config.rmsprop_alpha, eps=agent_config.rmsprop_eps)
 
     # -- acting ------------------------------------------------------------------------------
-    def act(self, state: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:
+    def act(self, state: np.ndarray, step: int, rng: np.random.Generator) -> int:
         """One uniform draw decides; a second picks the random action (the authors' order)."""
-        if rng.random() < epsilon:
+        if rng.random() < self.epsilon(step):
             return int(rng.integers(self.n_actions))
         return self.greedy_action(state)
 
@@ -76,6 +100,27 @@ class DQNAgent:
         return int(self.online(frames).argmax(dim=1).item())
 
     # -- learning ----------------------------------------------------------------------------
+    def clip_reward(self, reward: float) -> float:
+        """The 4 frames' reward sum, clipped for learning (scores stay raw)."""
+        return min(max(reward, -self.reward_clip), self.reward_clip)
+
+    def learn(self, step: int, replay, rng: np.random.Generator) -> torch.Tensor | None:
+        """After the transition of agent step `step` (from 0) is stored: an update when the
+        cadence says so (its loss is returned), then the target copy when due."""
+        done = step + 1
+        loss = None
+        if done > self.learning_starts and done % self.config.update_every == 0:
+            loss = self.update(replay.sample(self.config.batch_size, rng))
+        if done % self.config.target_sync_every == 0:
+            self.sync_target()
+        return loss
+
+    def td_target(self, rewards: torch.Tensor, next_states: torch.Tensor,
+                  not_terminal: torch.Tensor) -> torch.Tensor:
+        """r + gamma * max_a Q_target(s', a), zero bootstrap at terminals."""
+        next_q = self.target(next_states).max(dim=1).values
+        return rewards + self.config.discount * next_q * not_terminal
+
     def update(self, batch: dict[str, np.ndarray]) -> torch.Tensor:
         """One RMSprop step on a minibatch; returns the loss (a 0-d tensor on the device)."""
         device = self.device
@@ -85,8 +130,7 @@ class DQNAgent:
         rewards = torch.from_numpy(batch["rewards"]).to(device)
         not_terminal = torch.from_numpy(~batch["terminals"]).to(device)
         with torch.no_grad():
-            next_q = self.target(next_states).max(dim=1).values
-            targets = rewards + self.config.discount * next_q * not_terminal
+            targets = self.td_target(rewards, next_states, not_terminal)
         q = self.online(states).gather(1, actions.unsqueeze(1)).squeeze(1)
         loss = F.smooth_l1_loss(q, targets)
         self.optimizer.zero_grad(set_to_none=True)

@@ -198,6 +198,12 @@ class FrameHistory:
         self.frames[:-1] = self.frames[1:]
         self.frames[-1] = frame
 
+    def get_state(self) -> dict:
+        return {"frames": self.frames.copy()}
+
+    def set_state(self, state: dict) -> None:
+        self.frames[...] = state["frames"]
+
 
 def replay_start_sequence(emulator: Emulator, history: FrameHistory, sequence,
                           frame_skip: int) -> None:

@@ -126,17 +126,17 @@ class ReplayMemory:
         }
 
     # -- exact resume ------------------------------------------------------------------------
-    def get_state(self) -> tuple[dict, dict[str, np.ndarray]]:
-        """Scalars, and the filled part of every array (views, not copies)."""
+    def get_state(self) -> dict:
+        """The write position and the filled part of every array (views, not copies)."""
         arrays = {name: getattr(self, name)[: self.size] for name in _ARRAYS}
-        return {"cursor": self.cursor, "size": self.size}, arrays
+        return {"cursor": self.cursor, "size": self.size, **arrays}
 
-    def set_state(self, scalars: dict, arrays: dict[str, np.ndarray]) -> None:
-        size = int(scalars["size"])
+    def set_state(self, state: dict) -> None:
+        size = int(state["size"])
         for name in _ARRAYS:
-            source = arrays[name]
+            source = state[name]
             if source.shape[0] != size:
                 raise ValueError(f"replay array {name} holds {source.shape[0]} rows, not {size}")
             getattr(self, name)[:size] = source
         self.size = size
-        self.cursor = int(scalars["cursor"])
+        self.cursor = int(state["cursor"])

@@ -15,10 +15,8 @@ A run directory holds:
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
-import os
 import shutil
 import struct
 import time
@@ -28,16 +26,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file as load_tensors
-from safetensors.torch import save_file as save_tensors
 
-from reprodqn import determinism, provenance, workspace
+from reprodqn import determinism, provenance, resume, workspace
 from reprodqn.agent import DQNAgent
 from reprodqn.atari import FrameHistory, TrainingEnv
 from reprodqn.checkpoints import cpu_weights, save_weights
 from reprodqn.config import RunConfig
 from reprodqn.errors import InputError
-from reprodqn.files import append_line, fsync_dir, read_json, sha256_file, truncate, write_json
+from reprodqn.files import append_line, truncate, write_json
 from reprodqn.replay import ReplayMemory
 from reprodqn.rng import TRAINING_STREAMS, Streams, torch_generator
 
@@ -85,14 +81,6 @@ class Finished:
 # Small pieces
 
 
-def epsilon_at(step: int, agent_config, learning_starts: int) -> float:
-    """Linear annealing from epsilon_start to epsilon_final, counted from learning_starts."""
-    progress = (step - learning_starts) / agent_config.epsilon_decay_steps
-    progress = min(max(progress, 0.0), 1.0)
-    start, final = agent_config.epsilon_start, agent_config.epsilon_final
-    return start + progress * (final - start)
-
-
 def chain_losses(chain: str, losses: np.ndarray) -> str:
     """Extend the loss hash chain: h_k = SHA-256(h_{k-1} || float32 loss_k)."""
     state = bytes.fromhex(chain)
@@ -130,7 +118,8 @@ class Run:
         self.replay = ReplayMemory(config.replay.capacity, env_cfg.history_length,
                                    env_cfg.screen_size)
         self.agent = DQNAgent(config.agent, self.env.n_actions, env_cfg.history_length,
-                              env_cfg.screen_size, device, torch_generator(seeds["init"]))
+                              env_cfg.screen_size, device, torch_generator(seeds["init"]),
+                              config.replay.learning_starts, env_cfg.reward_clip)
         self.step = 0
         self.updates = 0
         self.loss_chain = EMPTY_CHAIN
@@ -142,13 +131,10 @@ class Run:
 
     # -- one agent step ----------------------------------------------------------------------
     def advance(self) -> None:
-        cfg = self.config
-        epsilon = epsilon_at(self.step, cfg.agent, cfg.replay.learning_starts)
-        action = self.agent.act(self.history.frames, epsilon, self.streams["exploration"])
+        action = self.agent.act(self.history.frames, self.step, self.streams["exploration"])
         frame, reward, terminal, truncated, game_over = self.env.step(action)
         self.game_score += reward
-        clip = cfg.env.reward_clip
-        self.replay.add(self.history.frames[-1], action, min(max(reward, -clip), clip),
+        self.replay.add(self.history.frames[-1], action, self.agent.clip_reward(reward),
                         terminal, first=self.episode_first)
         if terminal or truncated:
             if truncated:
@@ -162,14 +148,11 @@ class Run:
         else:
             self.history.push(frame)
             self.episode_first = False
-
-        self.step += 1
-        if self.step > cfg.replay.learning_starts and self.step % cfg.agent.update_every == 0:
-            batch = self.replay.sample(cfg.agent.batch_size, self.streams["minibatch"])
-            self.pending_losses.append(self.agent.update(batch))
+        loss = self.agent.learn(self.step, self.replay, self.streams["minibatch"])
+        if loss is not None:
+            self.pending_losses.append(loss)
             self.updates += 1
-        if self.step % cfg.agent.target_sync_every == 0:
-            self.agent.sync_target()
+        self.step += 1
 
     def flush_losses(self) -> None:
         """Fold pending losses into the chain (batched so CUDA syncs once per flush)."""
@@ -180,105 +163,43 @@ class Run:
             self.acc.loss_sum += float(losses.astype(np.float64).sum())
             self.acc.loss_count += len(losses)
 
-    # -- resume state ------------------------------------------------------------------------
-    def scalars(self) -> dict:
-        return {
-            "step": self.step,
-            "updates": self.updates,
-            "loss_chain": self.loss_chain,
-            "episode_first": self.episode_first,
-            "game_score": self.game_score,
-            "accumulators": self.acc.__dict__,
-            "streams": self.streams.get_state(),
-        }
+    # -- exact resume: the parts' states, composed -------------------------------------------
+    def get_state(self) -> dict:
+        self.flush_losses()
+        counters = {"step": self.step, "updates": self.updates, "loss_chain": self.loss_chain,
+                    "episode_first": self.episode_first, "game_score": self.game_score,
+                    "accumulators": self.acc.__dict__}
+        return {"config_digest": self.config.digest(), "run": counters,
+                "streams": self.streams.get_state(), "env": self.env.get_state(),
+                "history": self.history.get_state(), "replay": self.replay.get_state()}
 
-    def restore_scalars(self, state: dict) -> None:
-        self.step = int(state["step"])
-        self.updates = int(state["updates"])
-        self.loss_chain = state["loss_chain"]
-        self.episode_first = bool(state["episode_first"])
-        self.game_score = int(state["game_score"])
-        self.acc = _Accumulators(**state["accumulators"])
+    def set_state(self, state: dict) -> None:
+        counters = state["run"]
+        self.step = int(counters["step"])
+        self.updates = int(counters["updates"])
+        self.loss_chain = counters["loss_chain"]
+        self.episode_first = bool(counters["episode_first"])
+        self.game_score = int(counters["game_score"])
+        self.acc = _Accumulators(**counters["accumulators"])
         self.streams.set_state(state["streams"])
+        self.env.set_state(state["env"])
+        self.history.set_state(state["history"])
+        self.replay.set_state(state["replay"])
 
+    def save_resume_point(self, log_offsets: dict[str, int]) -> None:
+        state = {**self.get_state(), "log_offsets": log_offsets}
+        resume.save(self.dir / "resume", self.step, state, self.agent.get_state())
 
-# ---------------------------------------------------------------------------------------------
-# Resume points: a directory per point, named by resume/latest.json with every file's hash.
-# latest.json is replaced atomically only after the directory is complete, so a SIGKILL at
-# any moment leaves the previous point intact.
-
-
-def save_resume_point(run: Run, offsets: dict[str, int]) -> None:
-    resume_dir = run.dir / "resume"
-    name = f"step-{run.step:09d}"
-    target = resume_dir / name
-    staging = resume_dir / f".{name}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-
-    save_tensors(run.agent.get_state(), str(staging / "learner.safetensors"))
-    replay_scalars, replay_arrays = run.replay.get_state()
-    for array_name, array in replay_arrays.items():
-        np.save(staging / f"replay.{array_name}.npy", array, allow_pickle=False)
-    env_state = run.env.get_state()
-    emulator = env_state.pop("emulator")
-    np.save(staging / "emulator.screens.npy", emulator.pop("screens"), allow_pickle=False)
-    np.save(staging / "history.npy", run.history.frames, allow_pickle=False)
-    state = {
-        "config_digest": run.config.digest(),
-        "run": run.scalars(),
-        "replay": replay_scalars,
-        "env": env_state,
-        "emulator": {**emulator, "ale": base64.b64encode(emulator["ale"]).decode()},
-        "log_offsets": offsets,
-    }
-    (staging / "state.json").write_text(json.dumps(state, sort_keys=True))
-    files = {}
-    for path in sorted(staging.iterdir()):
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
-        files[path.name] = sha256_file(path)
-    fsync_dir(staging)
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    fsync_dir(resume_dir)
-    write_json(resume_dir / "latest.json", {"step": run.step, "directory": name, "files": files})
-    for old in resume_dir.iterdir():
-        if old.is_dir() and old.name != name:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def load_resume_point(run: Run) -> dict[str, int] | None:
-    """Restore `run` from its latest resume point; returns the log offsets, or None."""
-    latest_path = run.dir / "resume" / "latest.json"
-    if not latest_path.exists():
-        return None
-    latest = read_json(latest_path, "resume point index")
-    point = run.dir / "resume" / str(latest.get("directory", ""))
-    for name, expected in latest.get("files", {}).items():
-        path = point / name
-        if not path.exists():
-            raise InputError(f"{path}: missing from the resume point")
-        if sha256_file(path) != expected:
-            raise InputError(f"{path}: SHA-256 does not match {latest_path} (corrupted)")
-    state = read_json(point / "state.json", "resume state")
-    if state["config_digest"] != run.config.digest():
-        raise InputError(f"{point}: resume point was written with different params")
-
-    run.agent.set_state(load_tensors(str(point / "learner.safetensors"),
-                                     device=str(run.agent.device)))
-    arrays = {
-        name: np.load(point / f"replay.{name}.npy", mmap_mode="r", allow_pickle=False)
-        for name in ("frames", "actions", "rewards", "terminals", "starts", "depths")
-    }
-    run.replay.set_state(state["replay"], arrays)
-    emulator = dict(state["emulator"])
-    emulator["ale"] = base64.b64decode(emulator["ale"])
-    emulator["screens"] = np.load(point / "emulator.screens.npy", allow_pickle=False)
-    run.env.set_state({**state["env"], "emulator": emulator})
-    run.history.frames[...] = np.load(point / "history.npy", allow_pickle=False)
-    run.restore_scalars(state["run"])
-    return state["log_offsets"]
+    def load_resume_point(self) -> dict[str, int] | None:
+        """Restore from the latest resume point; returns its log offsets, or None."""
+        point = resume.load(self.dir / "resume", self.agent.device)
+        if point is None:
+            return None
+        if point.state["config_digest"] != self.config.digest():
+            raise InputError(f"{point.path}: resume point was written with different params")
+        self.agent.set_state(point.tensors)
+        self.set_state(point.state)
+        return point.state["log_offsets"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,7 +237,7 @@ def train(config: RunConfig, run_dir: Path, restart: bool = False) -> Iterator[o
     write_json(run_dir / "determinism.json", applied)
     write_json(run_dir / "conditions.json", conditions)
     run = Run(config, run_dir, device)
-    offsets = load_resume_point(run)
+    offsets = run.load_resume_point()
     if offsets is None:  # a fresh start: drop anything a killed first attempt left behind
         for name in LOGS:
             (run_dir / name).unlink(missing_ok=True)
@@ -342,8 +263,7 @@ def train(config: RunConfig, run_dir: Path, restart: bool = False) -> Iterator[o
         if step % tcfg.checkpoint_every == 0 or step == tcfg.steps:
             yield _checkpoint(run)
         if step % tcfg.resume_every == 0 and step < tcfg.steps:
-            run.flush_losses()
-            save_resume_point(run, {name: (run_dir / name).stat().st_size for name in LOGS})
+            run.save_resume_point({name: (run_dir / name).stat().st_size for name in LOGS})
             yield ResumePointWritten(step)
     write_json(run_dir / "complete.json",
                {"step": run.step, "updates": run.updates, "loss_chain_sha256": run.loss_chain})
@@ -357,7 +277,7 @@ def _process_record(run: Run, rate: float) -> ProcessRecord:
         "step": run.step,
         "updates": run.updates,
         "loss": acc.loss_sum / acc.loss_count if acc.loss_count else None,
-        "epsilon": epsilon_at(run.step, run.config.agent, run.config.replay.learning_starts),
+        "epsilon": run.agent.epsilon(run.step),
         "episodes": acc.episodes,
         "game_scores": acc.game_scores,
         "steps_per_second": round(rate, 2),
