@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from reprodqn import report
-from reprodqn.report import RunResult
+from reprodqn import analysis, report, verify
+from reprodqn.analysis import RunResult
 
 
 def run(group, index, curve, chains=None, steps=(0, 100, 200)):
@@ -44,7 +44,7 @@ def study(deterministic_runs=None):
 
 
 def test_table1_is_best_and_final_over_runs_like_the_paper():
-    table = report.table1(study())
+    table = analysis.table1(study())
     best = [5, 7, 9]  # exploration: each run's highest checkpoint score
     final = [5, 6, 4]
     assert table["best_mean"]["exploration"] == pytest.approx(np.mean(best))
@@ -58,7 +58,7 @@ def test_table1_is_best_and_final_over_runs_like_the_paper():
 
 
 def test_variance_tests_match_scipy_and_handle_zero_variance():
-    tests = report.variance_tests(study())
+    tests = analysis.variance_tests(study())
     pair = next(t for t in tests if t["scores"] == "final"
                 and t["groups"] == ["exploration", "initialization"])
     x, y = np.array([5.0, 6, 4]), np.array([1.0, 9, 2])
@@ -75,19 +75,19 @@ def test_variance_tests_match_scipy_and_handle_zero_variance():
 
 
 def test_verdict_names_the_first_diverging_run_and_checkpoint():
-    identical = report.verdict(study())
+    identical = analysis.verdict(study())
     assert identical["replicable"] is True
     assert all(identical[k]["identical"] for k in ("weights", "losses", "evaluation"))
     runs = [run("deterministic", 0, [1, 5, 3]), run("deterministic", 1, [1, 5, 3]),
             run("deterministic", 2, [1, 5, 4], chains=["w0", "w100", "DIFFERENT"])]
-    verdict = report.verdict(study(runs))
+    verdict = analysis.verdict(study(runs))
     assert verdict["replicable"] is False
     assert verdict["weights"]["first_divergence"] == {"run": 2, "step": 200}
     assert verdict["evaluation"]["first_divergence"] == {"run": 2, "step": 200}
 
 
 def test_cpu_study_says_the_gpu_group_has_no_gpu_nondeterminism():
-    statement = report.device_statement(study())
+    statement = analysis.device_statement(study())
     assert not statement["on_gpu"] and statement["gpu_group_equals_deterministic"]
     assert "no GPU nondeterminism to show" in statement["text"]
 
@@ -135,7 +135,7 @@ def test_verify_reports_identical_or_the_first_divergence_and_condition_changes(
             ("gpu", 0): ("a", 1)}
     make_workspace(ours, runs)
     shutil.copytree(ours, theirs)
-    result = report.verify(ours, theirs, ["deterministic", "gpu"], 2)
+    result = verify.verify(ours, theirs, ["deterministic", "gpu"], 2)
     assert result["identical"] and result["runs_compared"] == 3
     hashes = theirs / "runs" / "gpu" / "0" / "hashes.jsonl"
     hashes.write_text(hashes.read_text().replace("a100", "b100"))
@@ -143,7 +143,7 @@ def test_verify_reports_identical_or_the_first_divergence_and_condition_changes(
     conditions["packages"]["torch"] = "2.12.0"
     conditions["memory_bytes"] = 2
     (theirs / "results" / "conditions.json").write_text(json.dumps(conditions))
-    result = report.verify(ours, theirs, ["deterministic", "gpu"], 2)
+    result = verify.verify(ours, theirs, ["deterministic", "gpu"], 2)
     assert not result["identical"]
     assert result["first_divergence"] == {"group": "gpu", "run": 0, "step": 100,
                                           "chain": "weights"}
@@ -155,6 +155,6 @@ def test_verify_reports_identical_or_the_first_divergence_and_condition_changes(
 def test_isa_setting_names_the_floor_and_the_machine():
     pinned = {"numerics": {"cpu_isa": "avx2"},
               "cpu": {"isa_flags": ["avx2", "avx512f"], "torch_cpu_capability": "AVX2"}}
-    assert report.isa_setting(pinned) == ("pinned to avx2 (machine offers avx512, torch used "
+    assert analysis.isa_setting(pinned) == ("pinned to avx2 (machine offers avx512, torch used "
                                           "AVX2)")
-    assert report.isa_setting(None).startswith("unknown")
+    assert analysis.isa_setting(None).startswith("unknown")

@@ -96,10 +96,11 @@ def wait_for(condition, timeout: float, what: str):
 DRIVER = """
 import json, sys
 from pathlib import Path
-from reprodqn import launch
-settings = launch.LauncherSettings(**json.loads(sys.argv[1]))
+from reprodqn import launch, slurm
+from reprodqn.cli import main
+settings = slurm.LauncherSettings(**json.loads(sys.argv[1]))
 job = launch.Job("deterministic/0", json.loads(sys.argv[2]), launch.job_environment(1))
-executor = launch.SlurmExecutor(settings, threads=1, workspace=Path.cwd())
+executor = slurm.SlurmExecutor(settings, threads=1, workspace=Path.cwd(), entry=main)
 launch.check(executor.run([job], "preemption"), "preemption")
 """
 
@@ -179,7 +180,7 @@ def test_bad_launcher_settings_are_one_line_before_anything_is_submitted(tmp_pat
 
 
 def test_launcher_settings_are_validated():
-    from reprodqn.launch import load_launcher_settings
+    from reprodqn.slurm import load_launcher_settings
 
     with pytest.raises(InputError, match="no such launcher settings file"):
         load_launcher_settings(Path("/nonexistent/launcher.yaml"))
@@ -190,12 +191,14 @@ def test_a_job_that_fails_is_not_retried_and_the_run_is_named_with_its_log(tmp_p
     driver = """
 import json, sys
 from pathlib import Path
-from reprodqn import launch
-settings = launch.LauncherSettings(partition="main", time_limit_minutes=30,
-                                   log_dir=sys.argv[1])
+from reprodqn import launch, slurm
+from reprodqn.cli import main
+settings = slurm.LauncherSettings(partition="main", time_limit_minutes=30,
+                                  log_dir=sys.argv[1])
 jobs = [launch.Job("initialization/3", ["train", "--group", "initialization", "--run", "9",
                                         "--params", sys.argv[2]], launch.job_environment(1))]
-results = launch.SlurmExecutor(settings, threads=1, workspace=Path.cwd()).run(jobs, "study")
+results = slurm.SlurmExecutor(settings, threads=1, workspace=Path.cwd(), entry=main).run(jobs,
+                                                                               "study")
 launch.check(results, "study")
 """
     result = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "logs"), str(PARAMS)],

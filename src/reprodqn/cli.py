@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
+from reprodqn import workspace
 from reprodqn.errors import InputError
 
 
@@ -50,122 +50,29 @@ def cmd_params(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# train
+# Stage commands: each a few lines over a module
 
 
 def cmd_train(args) -> int:
+    from reprodqn import tracking
     from reprodqn.config import resolve_run
+    from reprodqn.progress import report_training
     from reprodqn.train import train
 
-    params = _load(args)
-    config = resolve_run(params, args.group, args.run)
-    run_dir = args.runs_dir / args.group / str(args.run)
+    config = resolve_run(_load(args), args.group, args.run)
+    run_dir = workspace.run_dir(args.runs_dir, args.group, args.run)
     events = train(config, run_dir, restart=args.restart)
     if args.track:
-        events = track_training(events, config, run_dir)
+        events = tracking.track_training(events, config, run_dir)
     report_training(events, f"train {args.group}/{args.run}")
     return 0
-
-
-def track_training(events, config, run_dir: Path):
-    """Pass training events through, logging them to the run's MLflow run."""
-    from reprodqn import tracking
-    from reprodqn.files import read_json
-    from reprodqn.train import Finished, ProcessRecord, Started
-
-    if not tracking.enabled():
-        yield from events
-        return
-    tracker = monitor = None
-    last_logged = -1
-    status = "FAILED"
-    try:
-        for event in events:
-            if isinstance(event, Started):
-                recorded = read_json(run_dir / "config.json", "run config")
-                conditions = read_json(run_dir / "conditions.json", "run conditions")
-                tracker = tracking.RunTracker(config, recorded["fingerprint"], conditions)
-                last_logged = tracker.last_step("epsilon")
-                monitor = tracking.SystemMetrics(tracker)
-            elif isinstance(event, ProcessRecord) and tracker and event.step > last_logged:
-                record = event.record
-                scores = record["game_scores"]
-                tracker.log_metrics([
-                    ("loss", record["loss"], event.step),
-                    ("epsilon", record["epsilon"], event.step),
-                    ("steps_per_second", record["steps_per_second"], event.step),
-                    ("train_game_score", sum(scores) / len(scores) if scores else None,
-                     event.step),
-                ])
-            elif isinstance(event, Finished) and tracker:
-                tracker.log_artifacts([run_dir / name for name in (
-                    "hashes.jsonl", "config.json", "conditions.json", "determinism.json")])
-                tracker.log_artifacts([Path("results/sbom.cdx.json"),
-                                       Path("results/conditions.json")], "study")
-            yield event
-        status = "FINISHED"
-    finally:
-        if monitor is not None:
-            monitor.finish()
-        if tracker is not None:
-            tracker.finish(status)
-
-
-def track_evaluation(config, run_dir: Path, out_dir: Path, digest: str) -> None:
-    """Log a run's evaluation (mean score per checkpoint, eval.csv) to its MLflow run, once
-    per evaluation digest."""
-    from reprodqn import tracking
-    from reprodqn.evaluate import read_eval
-    from reprodqn.files import read_json
-
-    if not tracking.enabled():
-        return
-    recorded = read_json(run_dir / "config.json", "run config")
-    conditions = read_json(run_dir / "conditions.json", "run conditions")
-    tracker = tracking.RunTracker(config, recorded["fingerprint"], conditions)
-    try:
-        if tracker.get_tag("eval_digest") != digest:
-            scores: dict[int, list[float]] = {}
-            for row in read_eval(out_dir):
-                scores.setdefault(int(row["step"]), []).append(float(row["score"]))
-            tracker.log_metrics([("eval_mean_score", sum(v) / len(v), step)
-                                 for step, v in sorted(scores.items())])
-            tracker.log_artifacts([out_dir / "eval.csv", out_dir / "eval.json"])
-            tracker.set_tag("eval_digest", digest)
-    finally:
-        tracker.finish()
-
-
-def report_training(events, label: str) -> None:
-    """Print a run's progress from its events."""
-    from reprodqn.progress import Progress
-    from reprodqn.train import Finished, ProcessRecord, Started
-
-    progress = None
-    for event in events:
-        if isinstance(event, Started):
-            how = f"resumed at step {event.step}" if event.resumed else "started"
-            print(f"{label}: {how}", file=sys.stderr, flush=True)
-            progress = Progress(label, event.total, start=event.step)
-        elif isinstance(event, ProcessRecord) and progress is not None:
-            record = event.record
-            loss = "-" if record["loss"] is None else f"{record['loss']:.4f}"
-            progress.update(event.step, extra=f"loss {loss}, epsilon {record['epsilon']:.3f}")
-        elif isinstance(event, Finished):
-            state = "already complete" if event.already else "complete"
-            print(f"{label}: {state} ({event.step} steps)", file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# start sequences
 
 
 def cmd_candidates(args) -> int:
     from reprodqn import start_states
     from reprodqn.files import write_json
 
-    params = _load(args)
-    doc = start_states.generate_candidates(params.start_states)
+    doc = start_states.generate_candidates(_load(args).start_states)
     write_json(args.out, doc)
     lengths = [len(s) for s in doc["sequences"]]
     print(f"candidates: {doc['count']} sequences of {min(lengths)}-{max(lengths)} frames "
@@ -174,54 +81,22 @@ def cmd_candidates(args) -> int:
 
 
 def cmd_ranker(args) -> int:
-    import shutil
+    from reprodqn.ranking import prepare_ranker
 
-    from reprodqn.checkpoints import load_weights
-    from reprodqn.config import ranker_run
-    from reprodqn.files import atomic_open, write_json
-    from reprodqn.rundir import checkpoint_path
-    from reprodqn.train import train
-
-    params = _load(args)
-    out = args.out
-    if params.ranker.checkpoint:
-        source = Path(params.ranker.checkpoint)
-        _, meta = load_weights(source)
-        origin = {"source": str(source)}
-    else:
-        config = ranker_run(params)
-        run_dir = out / "run"
-        report_training(train(config, run_dir, restart=True), "ranker")
-        source = checkpoint_path(run_dir, config.train.steps)
-        _, meta = load_weights(source)
-        origin = {"source": "trained", "steps": config.train.steps,
-                  "config_digest": config.digest()}
-    with atomic_open(out / "ranker.safetensors", "wb") as handle, open(source, "rb") as src:
-        shutil.copyfileobj(src, handle)
-    write_json(out / "ranker.json", {**origin, "weights_sha256": meta["weights_sha256"],
-                                     "network": meta["network"]})
-    print(f"ranker: weights {meta['weights_sha256'][:12]} -> {out / 'ranker.safetensors'}",
-          file=sys.stderr)
+    record = prepare_ranker(_load(args), args.out)
+    print(f"ranker: weights {record['weights_sha256'][:12]} -> "
+          f"{args.out / 'ranker.safetensors'}", file=sys.stderr)
     return 0
 
 
 def cmd_select(args) -> int:
     from reprodqn import start_states
-    from reprodqn.evaluate import Protocol, end_state_histories, load_network
     from reprodqn.files import sha256_file
-    from reprodqn.network import q_values
+    from reprodqn.ranking import max_q_of_end_states
 
     params = _load(args)
     candidates = start_states.load(args.candidates, params.start_states.candidates)
-    import torch
-
-    from reprodqn.checkpoints import read_metadata
-
-    net = load_network(args.ranker, None, torch.device("cpu"))  # checks its embedded hash
-    ranker_sha = read_metadata(args.ranker)["weights_sha256"]
-    protocol = Protocol.for_run(params.env, params.evaluation)
-    histories = end_state_histories(candidates["sequences"], protocol)
-    max_q = q_values(net, histories, protocol.chunk).max(axis=1)
+    max_q, ranker_sha = max_q_of_end_states(args.ranker, candidates["sequences"], params)
     doc = start_states.select(candidates, max_q, params.start_states, ranker_sha,
                               sha256_file(args.candidates), args.out_dir)
     print(f"select: ranked {len(max_q)} end states by max-Q, kept {doc['count']} of the top "
@@ -239,205 +114,54 @@ def cmd_import(args) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------------
-# evaluate
-
-
 def cmd_evaluate(args) -> int:
-    from reprodqn import evaluate as ev
-    from reprodqn import start_states
-    from reprodqn.config import resolve_run
-    from reprodqn.files import read_json
-    from reprodqn.progress import Progress
-    from reprodqn.rundir import read_hashes
+    from reprodqn.evaluate import evaluate_stage
 
-    params = _load(args)
-    config = resolve_run(params, args.group, args.run)
-    run_dir = args.runs_dir / args.group / str(args.run)
-    if not (run_dir / "complete.json").exists():
-        raise InputError(f"{run_dir}: training is not complete; run `reprodqn train "
-                         f"--group {args.group} --run {args.run}` first")
-    hashes = read_hashes(run_dir)
-    protocol = ev.Protocol.for_run(config.env, params.evaluation)
-    specs = ev.episode_specs(protocol, params.evaluation.episodes,
-                             params.evaluation.sticky_seed_start)
-    sequences, sequences_sha = None, None
-    if protocol.sticky_p == 0:
-        path = Path(args.start_sequences or params.evaluation.start_sequences)
-        doc = start_states.load(path, params.start_states.selected)
-        sequences, sequences_sha = doc["sequences"], doc["sequences_sha256"]
-    digest = ev.evaluation_digest(protocol, specs, sequences_sha, hashes)
-    label = f"evaluate {args.group}/{args.run}"
-    out_dir = args.evaluations_dir / args.group / str(args.run)
-    if (out_dir / "eval.csv").exists() and (out_dir / "eval.json").exists():
-        if read_json(out_dir / "eval.json", "evaluation record").get("digest") == digest:
-            print(f"{label}: already evaluated", file=sys.stderr)
-            if args.track:
-                track_evaluation(config, run_dir, out_dir, digest)
-            return 0
-    from reprodqn.launch import default_workers
-
-    workers = args.workers or default_workers(threads=1)
-    progress = Progress(label, len(hashes), unit="checkpoints", interval=0)
-    agent_steps = 0
-    start = time.monotonic()
-    with ev.Evaluator(protocol, sequences, workers, config.compute.device,
-                      config.compute.deterministic_gpu) as evaluator:
-        for event in ev.evaluate_run(run_dir, out_dir, hashes, evaluator, specs, digest):
-            agent_steps += event.agent_steps
-            rate = agent_steps / max(time.monotonic() - start, 1e-9)
-            note = ("kept from an interrupted evaluation" if event.resumed
-                    else f"{rate:.0f} agent steps/s")
-            progress.update(event.index, extra=f"step {event.step}: mean score "
-                            f"{event.mean_score:.2f} ({note})")
-    if args.track:
-        track_evaluation(config, run_dir, out_dir, digest)
+    evaluate_stage(_load(args), args.group, args.run, args.runs_dir, args.evaluations_dir,
+                   args.start_sequences, args.workers, args.track)
     return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# conditions, study fan-out, report, verify
 
 
 def cmd_conditions(args) -> int:
     from reprodqn import provenance
-    from reprodqn.files import write_json
 
-    params = _load(args)
-    conditions = provenance.collect(params.compute)
-    out = args.out_dir
-    write_json(out / "conditions.json", conditions)
-    write_json(out / "fingerprint.json", {
-        "fingerprint": conditions["fingerprint"],
-        "fields": provenance.fingerprint_fields(conditions)})
-    provenance.write_sbom(out / "sbom.cdx.json")
+    conditions = provenance.write_conditions(_load(args).compute, args.out_dir)
     print(f"conditions: {conditions['device_name']} ({conditions['cpu']['model']}), "
-          f"fingerprint {conditions['fingerprint'][:12]} -> {out}", file=sys.stderr)
+          f"fingerprint {conditions['fingerprint'][:12]} -> {args.out_dir}", file=sys.stderr)
     return 0
-
-
-def study_overrides(args) -> list[str]:
-    """What a job needs to load the same params as this command."""
-    argv = ["--params", str(args.params.resolve())]
-    for item in args.overrides:
-        argv += ["--set", item]
-    return argv
 
 
 def cmd_study(args) -> int:
-    from reprodqn import launch
-    from reprodqn.config import resolve_run
-
-    params = _load(args)
-    threads = params.compute.threads
-    label = f"study {args.stage}"
-    jobs = []
-    for group in params.study.groups:
-        for run in range(params.study.runs_per_group):
-            config = resolve_run(params, group, run)
-            argv = [args.stage, "--group", group, "--run", str(run), *study_overrides(args)]
-            if args.stage == "train":
-                if _finished(args.runs_dir / group / str(run), config):
-                    continue
-                argv += ["--runs-dir", str(args.runs_dir.resolve()), "--restart", "--track"]
-            else:
-                argv += ["--runs-dir", str(args.runs_dir.resolve()), "--evaluations-dir",
-                         str(args.evaluations_dir.resolve()), "--workers", "1", "--track"]
-            jobs.append(launch.Job(f"{group}/{run}", argv, launch.job_environment(threads)))
-    total = len(params.study.groups) * params.study.runs_per_group
-    if len(jobs) < total:
-        print(f"{label}: {total - len(jobs)} of {total} runs already finished with these "
-              "params and conditions", file=sys.stderr)
-    if jobs:
-        from reprodqn import tracking
-
-        executor = _executor(args, params)
-        if tracking.enabled():
-            tracking.experiment_id()  # the store's schema, created once, before any job
-            uri = tracking.tracking_uri()
-            for job in jobs:  # every job reaches the same store, wherever it runs
-                job.env["MLFLOW_TRACKING_URI"] = uri
-                job.env["REPRODQN_MLFLOW_EXPERIMENT"] = tracking.experiment_name()
-        launch.check(executor.run(jobs, label), label)
-    return 0
-
-
-def _executor(args, params):
-    """The local pool, or Slurm: a launch setting (flag, environment, launcher.yaml), never a
-    param, so switching never reruns anything or changes a result."""
     import os
 
     from reprodqn import launch
 
-    name = args.launcher or os.environ.get("REPRODQN_LAUNCHER", "local")
-    threads = params.compute.threads
-    if name == "local":
-        return launch.LocalExecutor(args.workers or launch.default_workers(threads))
-    if name != "slurm":
-        raise InputError(f"--launcher {name}: expected local or slurm")
-    config = args.launcher_config or (Path("launcher.yaml") if Path("launcher.yaml").exists()
-                                      else None)
-    executor = launch.SlurmExecutor(launch.load_launcher_settings(config), threads, Path.cwd())
+    params = _load(args)
+    argv = ["--params", str(args.params.resolve())]  # what a job needs to load these params
+    for item in args.overrides:
+        argv += ["--set", item]
     resume_every = params.train.resume_every if args.stage == "train" else None
-    executor.check(resume_every, _measured_speed(args.runs_dir))
-    return executor
-
-
-def _measured_speed(runs_dir: Path) -> float | None:
-    """Median training speed recorded by earlier runs (for the time-limit check)."""
-    import json
-    import statistics
-
-    speeds = []
-    for path in runs_dir.glob("*/*/process.jsonl"):
-        for line in path.read_text().splitlines()[-5:]:
-            try:
-                speeds.append(float(json.loads(line)["steps_per_second"]))
-            except (ValueError, KeyError, TypeError):
-                continue
-    return statistics.median(speeds) if speeds else None
-
-
-def _finished(run_dir: Path, config) -> bool:
-    """Complete, with these params; the job itself re-checks the conditions fingerprint."""
-    from reprodqn.files import read_json
-
-    if not (run_dir / "complete.json").exists() or not (run_dir / "config.json").exists():
-        return False
-    recorded = read_json(run_dir / "config.json", "run config")
-    if recorded.get("digest") != config.digest():
-        return False
-    fingerprint_path = Path("results/fingerprint.json")
-    if fingerprint_path.exists():
-        current = read_json(fingerprint_path, "fingerprint")["fingerprint"]
-        return recorded.get("fingerprint") == current
-    return False
+    launcher = args.launcher or os.environ.get("REPRODQN_LAUNCHER", "local")
+    launch.run_study(params, args.stage, argv, args.runs_dir, args.evaluations_dir,
+                     lambda: launch.make_executor(launcher, args.workers,
+                                                  params.compute.threads,
+                                                  args.launcher_config, resume_every,
+                                                  args.runs_dir, entry=main))
+    return 0
 
 
 def cmd_report(args) -> int:
-    from reprodqn import report
+    from reprodqn import report, tracking
 
     params = _load(args)
     study = report.load_study(args.root, params.study.groups, params.study.runs_per_group)
-    summary = report.write_report(study, args.out_dir, scale_note=_scale_note(params))
-    verdict = summary["metrics"]["replicable"]
-    from reprodqn import tracking
-
+    summary = report.write_report(study, args.out_dir, scale_note=report.scale_note(params))
     if tracking.enabled() and not args.no_track:
         files = sorted(p for p in args.out_dir.iterdir() if p.is_file())
         tracking.log_study(args.out_dir, summary["metrics"], files)
     print(f"report: Table 1, figures, variance tests -> {args.out_dir}; deterministic group "
-          f"replicable: {verdict}", file=sys.stderr)
+          f"replicable: {summary['metrics']['replicable']}", file=sys.stderr)
     return 0
-
-
-def _scale_note(params) -> str:
-    if params.train.steps < 20_000_000 or params.evaluation.episodes < 100:
-        return (f"Reduced scale: {params.train.steps:,} training steps, "
-                f"{params.study.runs_per_group} runs per group, {params.evaluation.episodes} "
-                f"evaluation episodes capped at {params.evaluation.max_frames:,} frames. "
-                "The paper's numbers are for 20M steps, 5 runs, 100 episodes.")
-    return ""
 
 
 def cmd_bundle(args) -> int:
@@ -450,33 +174,12 @@ def cmd_bundle(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from reprodqn import bundle, report
+    from reprodqn import verify
 
     params = _load(args)
-    if (args.reference / "MANIFEST.sha256").exists():
-        bad = bundle.check_manifest(args.reference)
-        if bad:
-            raise InputError(f"{args.reference}: {len(bad)} files do not match the bundle's "
-                             f"MANIFEST.sha256 (first: {bad[0]})")
-    result = report.verify(args.root, args.reference, params.study.groups,
+    result = verify.verify(args.root, args.reference, params.study.groups,
                            params.study.runs_per_group)
-    if result["runs_compared"] == 0:
-        raise InputError(f"{args.reference}: no runs to compare (expected runs/<group>/<run>/"
-                         "hashes.jsonl)")
-    if result["identical"]:
-        print(f"verify: identical: {result['runs_compared']} runs, every weight and loss chain "
-              "and every evaluation result")
-    else:
-        d = result["first_divergence"]
-        print(f"verify: DIFFERENT: first divergence in {d['group']}/{d['run']} at checkpoint "
-              f"step {d['step']} ({d['chain']})")
-        print(f"CPU instruction set: ours {result['cpu_isa']['ours']}; reference "
-              f"{result['cpu_isa']['reference']}")
-    if result["numeric_conditions_differing"]:
-        print("conditions that change numbers and differ: "
-              + ", ".join(result["numeric_conditions_differing"]))
-    if result["conditions_differing"]:
-        print("all conditions that differ: " + ", ".join(result["conditions_differing"]))
+    print(verify.summary(result))
     return 0 if result["identical"] else 1
 
 
@@ -491,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--group", required=True, help="study group, e.g. deterministic")
     p.add_argument("--run", required=True, type=int, help="run index within the group")
-    p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default: runs")
+    p.add_argument("--runs-dir", type=Path, default=workspace.RUNS, help="default: runs")
     p.add_argument("--restart", action="store_true",
                    help="discard an existing run trained with different params")
     p.add_argument("--track", action="store_true", help="log the run to MLflow")
@@ -499,19 +202,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("candidates", help="draw the random start-sequence candidates")
     _common(p)
-    p.add_argument("--out", type=Path, default=Path("start_sequences/candidates.json"))
+    p.add_argument("--out", type=Path, default=workspace.START_SEQUENCES / "candidates.json")
     p.set_defaults(handler=cmd_candidates)
 
     p = sub.add_parser("ranker", help="train the ranking DQN (or adopt ranker.checkpoint)")
     _common(p)
-    p.add_argument("--out", type=Path, default=Path("ranker"))
+    p.add_argument("--out", type=Path, default=workspace.RANKER)
     p.set_defaults(handler=cmd_ranker)
 
     p = sub.add_parser("select", help="rank candidates by the ranker's max-Q, draw the 100")
     _common(p)
-    p.add_argument("--candidates", type=Path, default=Path("start_sequences/candidates.json"))
-    p.add_argument("--ranker", type=Path, default=Path("ranker/ranker.safetensors"))
-    p.add_argument("--out-dir", type=Path, default=Path("start_sequences"))
+    p.add_argument("--candidates", type=Path, default=workspace.START_SEQUENCES / "candidates.json")
+    p.add_argument("--ranker", type=Path, default=workspace.RANKER / "ranker.safetensors")
+    p.add_argument("--out-dir", type=Path, default=workspace.START_SEQUENCES)
     p.set_defaults(handler=cmd_select)
 
     p = sub.add_parser("start-states", help="start-sequence files from other sources")
@@ -519,15 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
     q = verbs.add_parser("import", help="import the authors' initstates.txt format")
     _common(q)
     q.add_argument("file", type=Path, help="one Python list of ALE action ids per line")
-    q.add_argument("--out", type=Path, default=Path("start_sequences/authors.json"))
+    q.add_argument("--out", type=Path, default=workspace.START_SEQUENCES / "authors.json")
     q.set_defaults(handler=cmd_import)
 
     p = sub.add_parser("evaluate", help="evaluate every checkpoint of runs/GROUP/RUN")
     _common(p)
     p.add_argument("--group", required=True)
     p.add_argument("--run", required=True, type=int)
-    p.add_argument("--runs-dir", type=Path, default=Path("runs"))
-    p.add_argument("--evaluations-dir", type=Path, default=Path("evaluations"))
+    p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
+    p.add_argument("--evaluations-dir", type=Path, default=workspace.EVALUATIONS)
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: $REPRODQN_WORKERS or one per core)")
     p.add_argument("--start-sequences", type=Path, default=None,
@@ -543,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("conditions", help="record the experimental conditions and an SBOM")
     _common(p)
-    p.add_argument("--out-dir", type=Path, default=Path("results"))
+    p.add_argument("--out-dir", type=Path, default=workspace.RESULTS)
     p.set_defaults(handler=cmd_conditions)
 
     p = sub.add_parser("study", help="train or evaluate every group x run of the study")
@@ -555,15 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where jobs run (default: $REPRODQN_LAUNCHER, else local)")
     p.add_argument("--launcher-config", type=Path, default=None,
                    help="Slurm settings (default: launcher.yaml if present)")
-    p.add_argument("--runs-dir", type=Path, default=Path("runs"))
-    p.add_argument("--evaluations-dir", type=Path, default=Path("evaluations"))
+    p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
+    p.add_argument("--evaluations-dir", type=Path, default=workspace.EVALUATIONS)
     p.set_defaults(handler=cmd_study)
 
     p = sub.add_parser("report", help="Table 1, figures, variance tests, replicability")
     _common(p)
     p.add_argument("--root", type=Path, default=Path("."),
                    help="workspace holding runs/ and evaluations/")
-    p.add_argument("--out-dir", type=Path, default=Path("reports"))
+    p.add_argument("--out-dir", type=Path, default=workspace.REPORTS)
     p.add_argument("--no-track", action="store_true", help="do not log the study to MLflow")
     p.set_defaults(handler=cmd_report)
 

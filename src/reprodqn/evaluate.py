@@ -19,6 +19,8 @@ import csv
 import io
 import json
 import multiprocessing
+import sys
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -32,7 +34,9 @@ from reprodqn import determinism, rng, workspace
 from reprodqn.atari import Emulator, FrameHistory, replay_start_sequence, start_without_sequence
 from reprodqn.checkpoints import load_weights
 from reprodqn.config import canonical_json
+from reprodqn.launch import default_workers
 from reprodqn.network import QNetwork, q_values
+from reprodqn.progress import Progress
 
 EVAL_THREADS = 1  # per worker; parallelism comes from processes, so results never depend on it
 
@@ -314,3 +318,60 @@ def end_state_histories(sequences, protocol: Protocol) -> np.ndarray:
         view = FrameHistory(p.history_length, p.screen_size, histories[k])
         replay_start_sequence(emulator, view, sequence, p.frame_skip)
     return histories
+
+
+# ---------------------------------------------------------------------------------------------
+# The evaluate stage for one run
+
+
+def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
+                   start_sequences: Path | None, workers: int | None, track: bool) -> None:
+    """Evaluate every checkpoint of runs/GROUP/RUN, unless eval.csv already holds this
+    evaluation (same protocol, start states and checkpoints); log it to MLflow if asked."""
+    from reprodqn import tracking
+    from reprodqn.config import resolve_run
+    from reprodqn.errors import InputError
+    from reprodqn.files import read_json
+
+    config = resolve_run(params, group, run)
+    run_dir = workspace.run_dir(runs, group, run)
+    if not (run_dir / "complete.json").exists():
+        raise InputError(f"{run_dir}: training is not complete; run `reprodqn train "
+                         f"--group {group} --run {run}` first")
+    hashes = workspace.read_hashes(run_dir)
+    protocol = Protocol.for_run(config.env, params.evaluation)
+    specs = episode_specs(protocol, params.evaluation.episodes,
+                          params.evaluation.sticky_seed_start)
+    sequences, sequences_sha = None, None
+    if protocol.sticky_p == 0:
+        from reprodqn import start_states
+
+        path = Path(start_sequences or params.evaluation.start_sequences)
+        doc = start_states.load(path, params.start_states.selected)
+        sequences, sequences_sha = doc["sequences"], doc["sequences_sha256"]
+    digest = evaluation_digest(protocol, specs, sequences_sha, hashes)
+    label = f"evaluate {group}/{run}"
+    out_dir = workspace.eval_dir(evaluations, group, run)
+    if (out_dir / "eval.csv").exists() and (out_dir / "eval.json").exists() and read_json(
+            out_dir / "eval.json", "evaluation record").get("digest") == digest:
+        print(f"{label}: already evaluated", file=sys.stderr)
+    else:
+        evaluator = Evaluator(protocol, sequences, workers or default_workers(threads=1),
+                              config.compute.device, config.compute.deterministic_gpu)
+        with evaluator:
+            _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest)
+    if track:
+        tracking.track_evaluation(config, run_dir, out_dir, digest)
+
+
+def _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest) -> None:
+    progress = Progress(label, len(hashes), unit="checkpoints", interval=0)
+    agent_steps = 0
+    start = time.monotonic()
+    for event in evaluate_run(run_dir, out_dir, hashes, evaluator, specs, digest):
+        agent_steps += event.agent_steps
+        rate = agent_steps / max(time.monotonic() - start, 1e-9)
+        note = ("kept from an interrupted evaluation" if event.resumed
+                else f"{rate:.0f} agent steps/s")
+        progress.update(event.index, extra=f"step {event.step}: mean score "
+                        f"{event.mean_score:.2f} ({note})")

@@ -10,19 +10,17 @@ the device is part of the conditions fingerprint.
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import submitit
-from pydantic import BaseModel, ConfigDict, Field
-
-from reprodqn import isa
+from reprodqn import isa, tracking, workspace
 from reprodqn.errors import InputError
 from reprodqn.progress import format_duration
 
@@ -30,8 +28,7 @@ from reprodqn.progress import format_duration
 JOB_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONHASHSEED",
                    "CUBLAS_WORKSPACE_CONFIG", *isa.KNOBS, "MLFLOW_TRACKING_URI",
                    "REPRODQN_MLFLOW_EXPERIMENT", "REPRODQN_TRACKING", "REPRODQN_IMAGE",
-                   "REPRODQN_IMAGE_DIGEST", "VIRTUAL_ENV", "DVC_ROOT")
-SCHEDULER_ENVIRONMENT = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")
+                   "REPRODQN_IMAGE_DIGEST", "VIRTUAL_ENV", "DVC_ROOT", "PYTHONPATH")
 
 
 @dataclass
@@ -164,153 +161,79 @@ def check(results: list[JobResult], label: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Slurm, through submitit: the same jobs as one job array
+# A study stage: one job per group x run, run by the chosen executor
 
 
-class LauncherSettings(BaseModel):
-    """launcher.yaml (optional): how study jobs are submitted to Slurm. Not a DVC param:
-    where a job runs never changes its result."""
+def study_jobs(params, stage: str, params_argv: list[str], runs: Path,
+               evaluations: Path) -> list[Job]:
+    """The stage's jobs, without the runs already finished with these params and
+    conditions (the job itself re-checks the conditions fingerprint)."""
+    from reprodqn.config import resolve_run
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    partition: str | None = None
-    account: str | None = None
-    time_limit_minutes: int = Field(2880, ge=1)
-    cpus_per_run: int | None = Field(None, ge=1)  # default: compute.threads
-    gpus_per_run: int = Field(0, ge=0)
-    array_parallelism: int = Field(64, ge=1)
-    signal_delay_seconds: int = Field(120, ge=10)
-    log_dir: str = "logs/slurm"
-    steps_per_second: float | None = Field(None, gt=0)  # for the time-limit check
-    munge_check: list[str] = ["munge", "-n"]
-
-
-def load_launcher_settings(path: Path | None) -> LauncherSettings:
-    import yaml
-    from pydantic import ValidationError
-
-    if path is None:
-        return LauncherSettings()
-    try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
-        return LauncherSettings.model_validate(raw)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such launcher settings file") from None
-    except yaml.YAMLError:
-        raise InputError(f"{path}: is not valid YAML") from None
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field_name = ".".join(str(p) for p in first["loc"])
-        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-        raise InputError(f"{path}: {field_name}: {message}") from None
-
-
-class StudyJob(submitit.helpers.Checkpointable):
-    """A study job on a Slurm node: the environment is set from what was submitted (never
-    inherited by chance), then the same `reprodqn` command as the local executor runs. On
-    preemption or timeout submitit requeues it with the same arguments; the command picks
-    up from its last resume point, so the result is bitwise that of an uninterrupted run."""
-
-    def __call__(self, argv: list[str], env: dict[str, str]) -> int:
-        # Slurm's and submitit's own variables stay (the GPU it gave us, how to requeue)
-        scheduler = {k: v for k, v in os.environ.items()
-                     if k.startswith(("SLURM_", "SUBMITIT_")) or k in SCHEDULER_ENVIRONMENT}
-        os.environ.clear()
-        os.environ.update(env)
-        os.environ.update(scheduler)
-        from reprodqn.cli import main
-
-        code = main(list(argv))
-        if code != 0:
-            raise RuntimeError(f"reprodqn {' '.join(argv[:5])} ... exited with code {code}")
-        return code
-
-
-class SlurmExecutor:
-    """Submits jobs as one Slurm job array through submitit and blocks until it finishes."""
-
-    def __init__(self, settings: LauncherSettings, threads: int, workspace: Path):
-        self.settings = settings
-        self.threads = threads
-        self.log_dir = (workspace / settings.log_dir).resolve()
-
-    def check(self, resume_every: int | None, measured_steps_per_second: float | None) -> None:
-        """Settings that cannot work, as one line, before anything is submitted."""
-        s = self.settings
-        if shutil.which("sbatch") is None:
-            raise InputError("launcher slurm: sbatch is not on PATH (is this a Slurm host?)")
-        try:
-            credential = subprocess.run(s.munge_check, capture_output=True, timeout=20)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            credential = None
-            reason = str(exc)
-        if credential is None or credential.returncode != 0:
-            reason = (credential.stderr.decode().strip().splitlines() or ["no output"])[-1] \
-                if credential is not None else reason
-            raise InputError(f"launcher slurm: munge could not create a credential ({reason}); "
-                             "is the munge key installed and munged running?")
-        partitions = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True,
-                                    text=True, timeout=30).stdout.split()
-        if s.partition is not None and s.partition not in partitions:
-            raise InputError(f"launcher.yaml: partition {s.partition!r} is not a Slurm "
-                             f"partition here (have: {', '.join(sorted(partitions))})")
-        speed = s.steps_per_second or measured_steps_per_second
-        if resume_every is not None and speed:
-            minutes = resume_every / speed / 60
-            if s.time_limit_minutes < minutes:
-                raise InputError(
-                    f"launcher.yaml: time_limit_minutes={s.time_limit_minutes} is below one "
-                    f"resume interval (train.resume_every={resume_every} steps at "
-                    f"{speed:.0f} steps/s = {minutes:.0f} min): a requeued job would never "
-                    "get past its last resume point")
-
-    def run(self, jobs: Sequence[Job], label: str) -> list[JobResult]:
-        import logging
-
-        # without Slurm accounting (sacct), submitit warns on every status poll and falls
-        # back to the jobs' result files, which is all this needs
-        logging.getLogger("submitit").setLevel(logging.ERROR)
-        s = self.settings
-        executor = submitit.SlurmExecutor(folder=self.log_dir / "%j",
-                                          max_num_timeout=3)
-        parameters = dict(time=s.time_limit_minutes, cpus_per_task=s.cpus_per_run or
-                          self.threads, array_parallelism=s.array_parallelism,
-                          signal_delay_s=s.signal_delay_seconds, job_name=label.replace(" ", "-"),
-                          ntasks_per_node=1, nodes=1)
-        if s.partition:
-            parameters["partition"] = s.partition
-        if s.account:
-            parameters["account"] = s.account
-        if s.gpus_per_run:
-            parameters["gpus_per_node"] = s.gpus_per_run
-        executor.update_parameters(**parameters)
-        with executor.batch():
-            submitted = [executor.submit(StudyJob(), job.argv, job.env) for job in jobs]
-        first = submitted[0].job_id.split("_")[0] if submitted else "-"
-        print(f"{label}: {len(jobs)} jobs submitted to Slurm as array {first}"
-              f"{' on partition ' + s.partition if s.partition else ''}; logs in "
-              f"{self.log_dir}", file=sys.stderr, flush=True)
-        start = time.monotonic()
-        pending = dict(zip(submitted, jobs, strict=True))
-        results: list[JobResult] = []
-        while pending:
-            time.sleep(5)
-            for handle, job in list(pending.items()):
-                if not handle.done():
+    fingerprint = workspace.current_fingerprint()
+    jobs = []
+    for group in params.study.groups:
+        for run in range(params.study.runs_per_group):
+            config = resolve_run(params, group, run)
+            argv = [stage, "--group", group, "--run", str(run), *params_argv,
+                    "--runs-dir", str(runs.resolve())]
+            if stage == "train":
+                if workspace.is_finished(workspace.run_dir(runs, group, run), config.digest(),
+                                         fingerprint):
                     continue
-                del pending[handle]
-                try:
-                    handle.result()
-                    code = 0
-                except Exception:  # the job failed: its log says why
-                    code = 1
-                results.append(JobResult(job, code, time.monotonic() - start,
-                                         Path(handle.paths.stderr)))
-                done = len(results)
-                rate = done / (time.monotonic() - start)
-                eta = format_duration((len(jobs) - done) / rate) if rate else "?"
-                state = "done" if code == 0 else "FAILED"
-                print(f"{label}: {job.name} {state} (Slurm job {handle.job_id}); "
-                      f"{done}/{len(jobs)} jobs, {rate * 3600:.1f} jobs/h, ETA {eta}",
-                      file=sys.stderr, flush=True)
-        return results
+                argv += ["--restart", "--track"]
+            else:
+                argv += ["--evaluations-dir", str(evaluations.resolve()), "--workers", "1",
+                         "--track"]
+            jobs.append(Job(f"{group}/{run}", argv, job_environment(params.compute.threads)))
+    return jobs
+
+
+def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluations: Path,
+              make_executor: Callable[[], object]) -> None:
+    """Run every unfinished job of the stage and wait; one line names any that failed."""
+    label = f"study {stage}"
+    jobs = study_jobs(params, stage, params_argv, runs, evaluations)
+    total = len(params.study.groups) * params.study.runs_per_group
+    if len(jobs) < total:
+        print(f"{label}: {total - len(jobs)} of {total} runs already finished with these "
+              "params and conditions", file=sys.stderr)
+    if not jobs:
+        return
+    executor = make_executor()
+    if tracking.enabled():
+        tracking.experiment_id()  # the store's schema, created once, before any job
+        for job in jobs:  # every job reaches the same store, wherever it runs
+            job.env["MLFLOW_TRACKING_URI"] = tracking.tracking_uri()
+            job.env["REPRODQN_MLFLOW_EXPERIMENT"] = tracking.experiment_name()
+    check(executor.run(jobs, label), label)
+
+
+def make_executor(name: str, workers: int | None, threads: int, launcher_config: Path | None,
+                  resume_every: int | None, runs: Path, entry: Callable[[list[str]], int]):
+    """The local pool, or Slurm: a launch setting (flag, environment, launcher.yaml), never a
+    param, so switching never reruns anything or changes a result."""
+    if name == "local":
+        return LocalExecutor(workers or default_workers(threads))
+    if name != "slurm":
+        raise InputError(f"--launcher {name}: expected local or slurm")
+    from reprodqn import slurm
+
+    config = launcher_config or (Path("launcher.yaml") if Path("launcher.yaml").exists()
+                                 else None)
+    executor = slurm.SlurmExecutor(slurm.load_launcher_settings(config), threads, Path.cwd(),
+                                   entry)
+    executor.check(resume_every, measured_speed(runs))
+    return executor
+
+
+def measured_speed(runs: Path) -> float | None:
+    """Median training speed recorded by earlier runs (for Slurm's time-limit check)."""
+    speeds = []
+    for path in Path(runs).glob("*/*/process.jsonl"):
+        for line in path.read_text().splitlines()[-5:]:
+            try:
+                speeds.append(float(json.loads(line)["steps_per_second"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return statistics.median(speeds) if speeds else None

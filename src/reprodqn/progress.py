@@ -10,6 +10,8 @@ import sys
 import time
 from typing import TextIO
 
+from reprodqn.events import Finished, ProcessRecord, Started
+
 
 def format_duration(seconds: float) -> str:
     seconds = int(max(seconds, 0))
@@ -42,3 +44,20 @@ class Progress:
         line = (f"{self.label}: {done}/{self.total} {self.unit} ({percent:.1f}%), "
                 f"{rate:.1f} {self.unit}/s, ETA {eta_text}")
         print(line + (f", {extra}" if extra else ""), file=self.stream, flush=True)
+
+
+def report_training(events, label: str) -> None:
+    """Print a run's progress from its events."""
+    progress = None
+    for event in events:
+        if isinstance(event, Started):
+            how = f"resumed at step {event.step}" if event.resumed else "started"
+            print(f"{label}: {how}", file=sys.stderr, flush=True)
+            progress = Progress(label, event.total, start=event.step)
+        elif isinstance(event, ProcessRecord) and progress is not None:
+            record = event.record
+            loss = "-" if record["loss"] is None else f"{record['loss']:.4f}"
+            progress.update(event.step, extra=f"loss {loss}, epsilon {record['epsilon']:.3f}")
+        elif isinstance(event, Finished):
+            state = "already complete" if event.already else "complete"
+            print(f"{label}: {state} ({event.step} steps)", file=sys.stderr, flush=True)

@@ -196,6 +196,19 @@ def differences(ours: dict, theirs: dict, prefix: str = "") -> list[str]:
     return changed
 
 
+def write_conditions(compute_config, out_dir: Path) -> dict:
+    """The conditions stage: conditions.json, fingerprint.json (what training depends on)
+    and the SBOM, into `out_dir`."""
+    from reprodqn.files import write_json
+
+    conditions = collect(compute_config)
+    write_json(out_dir / "conditions.json", conditions)
+    write_json(out_dir / "fingerprint.json", {"fingerprint": conditions["fingerprint"],
+                                              "fields": fingerprint_fields(conditions)})
+    write_sbom(out_dir / "sbom.cdx.json")
+    return conditions
+
+
 # ---------------------------------------------------------------------------------------------
 # SBOM
 

@@ -21,6 +21,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from reprodqn import workspace
+from reprodqn.events import Finished, ProcessRecord, Started
+from reprodqn.files import read_json
+
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no phoning home from a study
 
 TAG = "reprodqn."
@@ -200,6 +204,69 @@ class SystemMetrics:
         self.monitor.collect_metrics()
         self.monitor.publish_metrics(self.monitor.aggregate_metrics())
         self.monitor.mlflow_logger.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# Consumers: a run's training events and its evaluation, into its MLflow run
+
+
+def track_training(events, config, run_dir: Path):
+    """Pass training events through, logging them to the run's MLflow run."""
+    if not enabled():
+        yield from events
+        return
+    tracker = monitor = None
+    last_logged = -1
+    status = "FAILED"
+    try:
+        for event in events:
+            if isinstance(event, Started):
+                recorded = read_json(run_dir / "config.json", "run config")
+                conditions = read_json(run_dir / "conditions.json", "run conditions")
+                tracker = RunTracker(config, recorded["fingerprint"], conditions)
+                last_logged = tracker.last_step("epsilon")
+                monitor = SystemMetrics(tracker)
+            elif isinstance(event, ProcessRecord) and tracker and event.step > last_logged:
+                record = event.record
+                scores = record["game_scores"]
+                tracker.log_metrics([
+                    ("loss", record["loss"], event.step),
+                    ("epsilon", record["epsilon"], event.step),
+                    ("steps_per_second", record["steps_per_second"], event.step),
+                    ("train_game_score", sum(scores) / len(scores) if scores else None,
+                     event.step),
+                ])
+            elif isinstance(event, Finished) and tracker:
+                tracker.log_artifacts([run_dir / name for name in (
+                    "hashes.jsonl", "config.json", "conditions.json", "determinism.json")])
+                tracker.log_artifacts([workspace.sbom_path(), workspace.conditions_path()],
+                                      "study")
+            yield event
+        status = "FINISHED"
+    finally:
+        if monitor is not None:
+            monitor.finish()
+        if tracker is not None:
+            tracker.finish(status)
+
+
+def track_evaluation(config, run_dir: Path, out_dir: Path, digest: str) -> None:
+    """Log a run's evaluation (mean score per checkpoint, eval.csv) to its MLflow run, once
+    per evaluation digest."""
+    if not enabled():
+        return
+    recorded = read_json(run_dir / "config.json", "run config")
+    conditions = read_json(run_dir / "conditions.json", "run conditions")
+    tracker = RunTracker(config, recorded["fingerprint"], conditions)
+    try:
+        if tracker.get_tag("eval_digest") != digest:
+            scores = workspace.eval_scores(out_dir)
+            tracker.log_metrics([("eval_mean_score", sum(v) / len(v), step)
+                                 for step, v in sorted(scores.items())])
+            tracker.log_artifacts([out_dir / "eval.csv", out_dir / "eval.json"])
+            tracker.set_tag("eval_digest", digest)
+    finally:
+        tracker.finish()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,48 +33,18 @@ from reprodqn.atari import FrameHistory, TrainingEnv
 from reprodqn.checkpoints import cpu_weights, save_weights
 from reprodqn.config import RunConfig
 from reprodqn.errors import InputError
+from reprodqn.events import (
+    CheckpointWritten,
+    Finished,
+    ProcessRecord,
+    ResumePointWritten,
+    Started,
+)
 from reprodqn.files import append_line, truncate, write_json
 from reprodqn.replay import ReplayMemory
 from reprodqn.rng import TRAINING_STREAMS, Streams, torch_generator
 
 EMPTY_CHAIN = "0" * 64
-
-
-# ---------------------------------------------------------------------------------------------
-# Events
-
-
-@dataclass(frozen=True)
-class Started:
-    step: int
-    total: int
-    resumed: bool
-
-
-@dataclass(frozen=True)
-class ProcessRecord:
-    step: int
-    record: dict
-
-
-@dataclass(frozen=True)
-class CheckpointWritten:
-    step: int
-    weights_sha256: str
-    loss_chain_sha256: str
-    updates: int
-    path: Path
-
-
-@dataclass(frozen=True)
-class ResumePointWritten:
-    step: int
-
-
-@dataclass(frozen=True)
-class Finished:
-    step: int
-    already: bool = False
 
 
 # ---------------------------------------------------------------------------------------------

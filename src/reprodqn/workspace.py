@@ -9,6 +9,7 @@ here, so those stages depend on this layout, not on each other's source.
   results/                    conditions.json, fingerprint.json, sbom.cdx.json
   reports/                    the report stage's output
   start_sequences/            candidates, ranking, the selected and imported sequences
+  ranker/                     the DQN that ranks the candidates
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ EVALUATIONS = Path("evaluations")
 RESULTS = Path("results")
 REPORTS = Path("reports")
 START_SEQUENCES = Path("start_sequences")
+RANKER = Path("ranker")  # the select stage's ranking DQN
 RESULT_DIRS = (START_SEQUENCES, RESULTS, EVALUATIONS, REPORTS)  # what a bundle ships whole
 
 # files of one run that describe it (a bundle ships these; checkpoints only on request)

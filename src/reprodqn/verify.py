@@ -1,0 +1,73 @@
+"""Verify a workspace against another copy of the study (a colleague's workspace or an
+unpacked bundle): the first diverging chain, and the conditions that differ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reprodqn import workspace
+from reprodqn.analysis import divergence, isa_setting
+from reprodqn.errors import InputError
+from reprodqn.files import read_json
+from reprodqn.report import load_study
+
+
+def verify(ours: Path, reference: Path, groups, runs_per_group: int) -> dict:
+    """Compare every run's chains and evaluation results with the reference copy's."""
+    from reprodqn.bundle import check_manifest
+    from reprodqn.provenance import differences, fingerprint_fields
+
+    reference = Path(reference)
+    if (reference / "MANIFEST.sha256").exists():
+        bad = check_manifest(reference)
+        if bad:
+            raise InputError(f"{reference}: {len(bad)} files do not match the bundle's "
+                             f"MANIFEST.sha256 (first: {bad[0]})")
+    mine = load_study(ours, groups, runs_per_group)
+    theirs = load_study(reference, groups, runs_per_group)
+    first = None
+    compared = 0
+    for group in groups:
+        for a, b in zip(mine[group], theirs[group], strict=True):
+            if not a.hashes and not b.hashes:
+                continue
+            compared += 1
+            steps = divergence(b, a)
+            chain = next((name for name, step in steps.items() if step is not None), None)
+            if chain is not None and first is None:
+                first = {"group": group, "run": a.run, "step": steps[chain], "chain": chain}
+    if compared == 0:
+        raise InputError(f"{reference}: no runs to compare (expected runs/<group>/<run>/"
+                         "hashes.jsonl)")
+    conditions = {}
+    for side, root in (("ours", ours), ("reference", reference)):
+        path = workspace.conditions_path(root)
+        conditions[side] = read_json(path, "conditions record") if path.exists() else None
+    changed, numeric = [], []
+    if conditions["ours"] and conditions["reference"]:
+        changed = differences(conditions["ours"], conditions["reference"])
+        numeric = differences(fingerprint_fields(conditions["ours"]),
+                              fingerprint_fields(conditions["reference"]))
+    return {"identical": first is None, "runs_compared": compared,
+            "first_divergence": first, "conditions_differing": changed,
+            "numeric_conditions_differing": numeric,
+            "cpu_isa": {side: isa_setting(c) for side, c in conditions.items()}}
+
+
+def summary(result: dict) -> str:
+    """What verify prints: the verdict, where it first diverges, what conditions differ."""
+    if result["identical"]:
+        lines = [f"verify: identical: {result['runs_compared']} runs, every weight and loss "
+                 "chain and every evaluation result"]
+    else:
+        d = result["first_divergence"]
+        lines = [f"verify: DIFFERENT: first divergence in {d['group']}/{d['run']} at "
+                 f"checkpoint step {d['step']} ({d['chain']})",
+                 f"CPU instruction set: ours {result['cpu_isa']['ours']}; reference "
+                 f"{result['cpu_isa']['reference']}"]
+    if result["numeric_conditions_differing"]:
+        lines.append("conditions that change numbers and differ: "
+                     + ", ".join(result["numeric_conditions_differing"]))
+    if result["conditions_differing"]:
+        lines.append("all conditions that differ: " + ", ".join(result["conditions_differing"]))
+    return "\n".join(lines)
