@@ -14,7 +14,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: venv repro smoke test test-slow test-slurm bench lint ui lock docker-build docker-run \
+.PHONY: venv repro smoke test test-slow test-slurm bench lint readme ui lock docker-build docker-run \
         bundle clean
 
 venv: $(STAMP)
@@ -58,6 +58,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/replay_memory.py
 	$(BIN)/python bench/train_throughput.py
 	$(BIN)/python bench/eval_throughput.py
+
+# The README's module table, from the package's own docstrings (a test checks it).
+readme: $(STAMP)
+	$(BIN)/python -m tests.test_shape
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

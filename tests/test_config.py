@@ -139,3 +139,34 @@ def test_cli_reports_bad_input_in_one_line_without_traceback(tmp_path):
         "equal to 1, got -5"
     ]
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_a_mistyped_key_gets_the_nearest_valid_one():
+    with pytest.raises(InputError, match=r"unknown key 'agent.batchsize'; did you mean "
+                                         r"'agent.batch_size'\?"):
+        load_params(PARAMS, ["agent.batchsize=3"])
+    with pytest.raises(InputError, match=r"unknown section 'replya'; did you mean "
+                                         r"'replay.capacity'\?"):
+        load_params(PARAMS, ["replya.capacity=3"])
+    with pytest.raises(InputError, match=r"unknown key 'zzz'$"):  # nothing close: no guess
+        load_params(PARAMS, ["zzz=1"])
+
+
+def test_explain_prints_every_knob_with_type_range_default_value_and_source():
+    from reprodqn.config import AgentConfig
+    from reprodqn.explain import explain
+
+    params = load_params(PARAMS, ["agent.batch_size=8"])
+    text = explain(params, PARAMS, "agent")
+    assert text.startswith("[agent]  The DQN")
+    for key in AgentConfig.model_fields:  # every knob, none invented
+        assert f"  agent.{key}: " in text
+    assert text.count("\n  agent.") == len(AgentConfig.model_fields)
+    assert "agent.batch_size: int >= 1; default 32; now 8" in text
+    assert "agent.network: one of nature, nips; default 'nature'" in text
+    assert "      Transitions per update." in text  # config.py's description
+    assert "      source: code HEAD (2018 code: 1.0e-4)" in text  # params.yaml's comment
+    everything = explain(params, PARAMS)
+    assert all(f"[{section}]" in everything for section in ("env", "seeds", "ranker"))
+    with pytest.raises(InputError, match="--explain nope: expected one of env, agent"):
+        explain(params, PARAMS, "nope")

@@ -31,6 +31,8 @@ class _Frozen(BaseModel):
 
 
 class EnvConfig(_Frozen):
+    """Breakout through ale-py: frame skip, preprocessing, no-ops, sticky actions."""
+
     game: Literal["breakout"] = Field("breakout", description="Atari game (the paper: Breakout).")
     frame_skip: PositiveInt = Field(4, description="Emulator frames per agent step.")
     history_length: PositiveInt = Field(4, description="Preprocessed frames stacked per state.")
@@ -53,6 +55,8 @@ class EnvConfig(_Frozen):
 
 
 class AgentConfig(_Frozen):
+    """The DQN: network, optimizer, update and target-sync cadence, exploration."""
+
     network: Literal["nature", "nips"] = Field("nature", description="Q-network architecture.")
     discount: Annotated[float, Field(gt=0.0, le=1.0)] = Field(0.99, description="Gamma.")
     learning_rate: Annotated[float, Field(gt=0.0)] = Field(2.5e-4, description="RMSprop lr.")
@@ -69,6 +73,8 @@ class AgentConfig(_Frozen):
 
 
 class ReplayConfig(_Frozen):
+    """Replay memory: its size and when learning starts."""
+
     capacity: Annotated[int, Field(ge=8)] = Field(1_000_000, description="Transitions stored.")
     learning_starts: Annotated[int, Field(ge=1)] = Field(
         50_000, description="Agent steps of pure exploration before the first update."
@@ -76,6 +82,8 @@ class ReplayConfig(_Frozen):
 
 
 class TrainConfig(_Frozen):
+    """Length of a run and how often it writes checkpoints, resume points and logs."""
+
     steps: PositiveInt = Field(20_000_000, description="Agent steps of training.")
     checkpoint_every: PositiveInt = Field(
         250_000, description="Agent steps between weight checkpoints (the evaluation interval)."
@@ -87,6 +95,8 @@ class TrainConfig(_Frozen):
 
 
 class SeedsConfig(_Frozen):
+    """One seed per random stream of a run (the paper varies one per group)."""
+
     init: Seed = Field(123, description="Network initialisation stream.")
     exploration: Seed = Field(123, description="Epsilon-greedy stream.")
     minibatch: Seed = Field(123, description="Replay sampling stream.")
@@ -99,6 +109,8 @@ assert tuple(SeedsConfig.model_fields) == rng.RUN_STREAMS, "SeedsConfig != rng.R
 
 
 class ComputeConfig(_Frozen):
+    """Where and how numbers are computed: device, threads, GPU determinism, CPU ISA."""
+
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto = CUDA when available; the device used is recorded."
     )
@@ -115,6 +127,8 @@ class ComputeConfig(_Frozen):
 
 
 class GroupConfig(_Frozen):
+    """One group of the study: the seed it varies and the settings it changes."""
+
     vary: Literal[*rng.RUN_STREAMS] | None = Field(
         None, description="The seed that differs between this group's runs, if any."
     )
@@ -125,6 +139,8 @@ class GroupConfig(_Frozen):
 
 
 class StudyConfig(_Frozen):
+    """The six-group sensitivity study of the paper."""
+
     runs_per_group: PositiveInt = Field(5, description="Agents trained per group.")
     groups: dict[str, GroupConfig] = Field(description="The six groups of the paper.")
 
@@ -143,6 +159,8 @@ class StudyConfig(_Frozen):
 
 
 class EvaluationConfig(_Frozen):
+    """The paper's evaluation protocol: greedy episodes from start states."""
+
     episodes: PositiveInt = Field(100, description="Greedy episodes per checkpoint.")
     max_frames: PositiveInt = Field(
         18_000, description="Emulator frames of play after the start sequence (5 minutes)."
@@ -159,6 +177,8 @@ class EvaluationConfig(_Frozen):
 
 
 class StartStatesConfig(_Frozen):
+    """Start sequences: random candidates, ranked by max-Q, a draw from the top."""
+
     candidates: PositiveInt = Field(1000, description="Random start sequences generated.")
     min_length: PositiveInt = Field(55, description="Shortest sequence, in emulator frames.")
     max_length: PositiveInt = Field(95, description="Longest sequence, in emulator frames.")
@@ -177,6 +197,8 @@ class StartStatesConfig(_Frozen):
 
 
 class RankerConfig(_Frozen):
+    """The DQN that ranks the candidate start sequences."""
+
     steps: PositiveInt = Field(5_000_000, description="Agent steps of the ranking DQN.")
     checkpoint: str | None = Field(
         None, description="Use this weights file instead of training a ranker."
@@ -272,7 +294,7 @@ def _merge(base: dict, overlay: dict, path: list[str], source: str) -> None:
     for key, value in overlay.items():
         where = ".".join([*path, str(key)])
         if key not in base:
-            raise InputError(f"{source}: unknown key {where!r}")
+            raise InputError(f"{source}: unknown key {where!r}{_nearest(where, base, path)}")
         if isinstance(value, dict) and isinstance(base[key], dict) and key != "set":
             _merge(base[key], value, [*path, key], source)
         else:
@@ -322,11 +344,28 @@ def _set_dotted(raw: dict, key: str, value: Any, source: str) -> None:
         child = node.get(part) if isinstance(node, dict) else None
         if not isinstance(child, dict):
             where = ".".join(parts[: i + 1])
-            raise InputError(f"{source}: unknown section {where!r}")
+            raise InputError(f"{source}: unknown section {where!r}{_nearest(key, raw, [])}")
         node = child
     if parts[-1] not in node:
-        raise InputError(f"{source}: unknown key {key!r}")
+        raise InputError(f"{source}: unknown key {key!r}{_nearest(key, raw, [])}")
     node[parts[-1]] = copy.deepcopy(value)
+
+
+def _dotted_keys(node: dict, prefix: list[str]) -> list[str]:
+    keys = []
+    for key, value in node.items():
+        path = [*prefix, str(key)]
+        keys += _dotted_keys(value, path) if isinstance(value, dict) and value else [
+            ".".join(path)]
+    return keys
+
+
+def _nearest(key: str, node: dict, prefix: list[str]) -> str:
+    """'; did you mean ...?' with the closest valid dotted key, or nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(key, _dotted_keys(node, prefix), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _validate(model: type[BaseModel], raw: dict, source: str, origin: dict[str, str]):

@@ -1,0 +1,87 @@
+"""A study stage (train or evaluate): one `reprodqn` job per group x run, without the runs
+already finished, handed to the local pool or to Slurm, and waited for."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from reprodqn import slurm, tracking, workspace
+from reprodqn.errors import InputError
+from reprodqn.launch import Job, LocalExecutor, check, default_workers, job_environment
+
+
+def study_jobs(params, stage: str, params_argv: list[str], runs: Path,
+               evaluations: Path) -> list[Job]:
+    """The stage's jobs, without the runs already finished with these params and
+    conditions (the job itself re-checks the conditions fingerprint)."""
+    from reprodqn.config import resolve_run
+
+    fingerprint = workspace.current_fingerprint()
+    jobs = []
+    for group in params.study.groups:
+        for run in range(params.study.runs_per_group):
+            config = resolve_run(params, group, run)
+            argv = [stage, "--group", group, "--run", str(run), *params_argv,
+                    "--runs-dir", str(runs.resolve())]
+            if stage == "train":
+                if workspace.is_finished(workspace.run_dir(runs, group, run), config.digest(),
+                                         fingerprint):
+                    continue
+                argv += ["--restart", "--track"]
+            else:
+                argv += ["--evaluations-dir", str(evaluations.resolve()), "--workers", "1",
+                         "--track"]
+            jobs.append(Job(f"{group}/{run}", argv, job_environment(params.compute.threads)))
+    return jobs
+
+
+def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluations: Path,
+              make_executor: Callable[[], object]) -> None:
+    """Run every unfinished job of the stage and wait; one line names any that failed."""
+    label = f"study {stage}"
+    jobs = study_jobs(params, stage, params_argv, runs, evaluations)
+    total = len(params.study.groups) * params.study.runs_per_group
+    if len(jobs) < total:
+        print(f"{label}: {total - len(jobs)} of {total} runs already finished with these "
+              "params and conditions", file=sys.stderr)
+    if not jobs:
+        return
+    executor = make_executor()
+    if tracking.enabled():
+        tracking.experiment_id()  # the store's schema, created once, before any job
+        for job in jobs:  # every job reaches the same store, wherever it runs
+            job.env["MLFLOW_TRACKING_URI"] = tracking.tracking_uri()
+            job.env["REPRODQN_MLFLOW_EXPERIMENT"] = tracking.experiment_name()
+    check(executor.run(jobs, label), label)
+
+
+def make_executor(name: str, workers: int | None, threads: int, launcher_config: Path | None,
+                  resume_every: int | None, runs: Path, entry: Callable[[list[str]], int]):
+    """The local pool, or Slurm: a launch setting (flag, environment, launcher.yaml), never a
+    param, so switching never reruns anything or changes a result."""
+    if name == "local":
+        return LocalExecutor(workers or default_workers(threads))
+    if name != "slurm":
+        raise InputError(f"--launcher {name}: expected local or slurm")
+    config = launcher_config or (Path("launcher.yaml") if Path("launcher.yaml").exists()
+                                 else None)
+    executor = slurm.SlurmExecutor(slurm.load_launcher_settings(config), threads, Path.cwd(),
+                                   entry)
+    executor.check(resume_every, measured_speed(runs))
+    return executor
+
+
+def measured_speed(runs: Path) -> float | None:
+    """Median training speed recorded by earlier runs (for Slurm's time-limit check)."""
+    speeds = []
+    for path in Path(runs).glob("*/*/process.jsonl"):
+        for line in path.read_text().splitlines()[-5:]:
+            try:
+                speeds.append(float(json.loads(line)["steps_per_second"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return statistics.median(speeds) if speeds else None

@@ -1,0 +1,83 @@
+"""The package's shape: one concern per module, short functions, no import cycles, and the
+README's module table naming exactly the modules there are."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from .conftest import ROOT
+from .test_dvc_stages import PACKAGE, imported_modules
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def modules() -> dict[str, ast.Module]:
+    return {f"reprodqn.{p.stem}": ast.parse(p.read_text()) for p in sorted(PACKAGE.glob("*.py"))
+            if p.stem != "__init__"}
+
+
+def test_no_module_is_longer_than_its_concern_allows():
+    long = {p.name: n for p in PACKAGE.glob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long
+
+
+def test_no_function_is_longer_than_sixty_lines():
+    long = []
+    for name, tree in modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name} ({length} lines)")
+    assert not long
+
+
+def test_no_import_cycle_even_through_imports_inside_functions():
+    graph = {name: {m for m in imported_modules(tree) if m != name}
+             for name, tree in modules().items()}
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = "open"
+        for child in sorted(graph.get(node, ())):
+            if state.get(child) == "open":
+                return [*path, node, child]
+            if child not in state and (cycle := visit(child, [*path, node])):
+                return cycle
+        state[node] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            cycle = visit(start, [])
+            assert cycle is None, " -> ".join(cycle)
+
+
+MODULE_TABLE = re.compile(r"(<!-- modules -->\n)(.*?)(<!-- /modules -->)", re.S)
+
+
+def module_table() -> str:
+    """The README's module table: every module with the first sentence of its docstring."""
+    rows = ["| module | what it is |", "|---|---|"]
+    for name, tree in modules().items():
+        doc = " ".join((ast.get_docstring(tree) or "").split())
+        first = re.split(r"(?<=\.)\s", doc, maxsplit=1)[0].rstrip(".")
+        rows.append(f"| `{name.split('.', 1)[1]}` | {first} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_readme_module_table_names_every_module_with_its_docstring_summary():
+    """The README lists each module once, with its docstring's first sentence; `make readme`
+    rewrites the table from the package."""
+    found = MODULE_TABLE.search((ROOT / "README.md").read_text())
+    assert found, "README.md has no <!-- modules --> table"
+    assert found.group(2) == module_table(), "README's module table is stale: run make readme"
+
+
+if __name__ == "__main__":  # make readme
+    readme = ROOT / "README.md"
+    readme.write_text(MODULE_TABLE.sub(lambda m: m.group(1) + module_table() + m.group(3),
+                                       readme.read_text()))
