@@ -32,17 +32,16 @@ def fill_and_sample(kind: str, capacity: int) -> dict:
     start = time.perf_counter()
     if kind == "ours":
         from reprodqn.replay import ReplayMemory
+        from reprodqn.rng import AuthorsStream
 
         memory = ReplayMemory(capacity, 4, FRAME)
-        first = True
         for t in range(capacity):
-            terminal = t % 997 == 996
-            memory.add(frames[t % 256], t % 4, 0.0, terminal, first)
-            first = terminal
+            memory.add(frames[t % 256], t % 4, 0.0, t % 997 == 996, t % 997)
         fill = time.perf_counter() - start
+        stream = AuthorsStream(0)
         start = time.perf_counter()
         for _ in range(1000):
-            memory.sample(32, rng)
+            memory.sample(32, stream)
         nbytes = memory.nbytes
     else:  # stacked baseline: one full 4-frame stack per transition
         states = np.zeros((capacity, 4, FRAME, FRAME), np.uint8)

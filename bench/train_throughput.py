@@ -97,7 +97,7 @@ def measure(phase: str, schedule: list[str], args) -> None:
 
     ours = total / train_seconds
     bound = total / bound_seconds
-    epsilon = run.agent.epsilon(run.step)
+    epsilon = run.agent.epsilon.value
     print(f"{phase}: epsilon {epsilon:.3f}; device {applied['device']}, torch threads "
           f"{applied['torch_threads']}, network {config.agent.network}, batch "
           f"{config.agent.batch_size}, update every {config.agent.update_every} steps")

@@ -8,6 +8,7 @@ import pytest
 
 from reprodqn.atari import FIRE, NOOP, Emulator, FrameHistory, TrainingEnv, preprocess
 from reprodqn.config import load_params
+from reprodqn.rng import AuthorsStream
 
 from .conftest import PARAMS
 
@@ -49,32 +50,39 @@ def scripted_actions(n: int) -> list[int]:
 def test_sticky_actions_come_from_the_sticky_stream_only():
     actions = scripted_actions(300)
 
+    def trajectory(emulator):
+        frames = []
+        for action in actions:
+            emulator.repeat(action, 4)
+            frames.append(emulator.observe())
+        return np.stack(frames)
+
     def run(seed):
-        rng = np.random.default_rng(seed)
-        return play(Emulator("breakout", 0.25, rng, 84), actions)[1], rng
+        rng = AuthorsStream(seed)
+        return trajectory(Emulator("breakout", 0.25, rng, 84)), rng
 
     same_a, rng_a = run(1)
     same_b, _ = run(1)
     other, _ = run(2)
-    plain = play(Emulator("breakout", 0.0, None, 84), actions)[1]
+    plain = trajectory(Emulator("breakout", 0.0, None, 84))
     assert np.array_equal(same_a, same_b)
     assert not np.array_equal(same_a, other)
     assert not np.array_equal(same_a, plain)
     # one draw per emulator frame: 300 steps x 4 frames
-    replayed = np.random.default_rng(1)
-    replayed.random(1200)
-    assert rng_a.random() == replayed.random()
+    replayed = AuthorsStream(1)
+    [replayed.uniform() for _ in range(1200)]
+    assert rng_a.uniform() == replayed.uniform()
 
 
 def test_no_op_starts_draw_once_from_the_noop_stream_and_life_loss_ends_the_episode():
-    noop_rng = np.random.default_rng(5)
+    noop_rng = AuthorsStream(5)
     env = TrainingEnv(env_config(), None, noop_rng)
     env.begin_episode()
-    expected = np.random.default_rng(5)
-    expected.integers(1, 31)
-    assert noop_rng.random() == expected.random()
+    expected = np.random.RandomState(5)  # noqa: NPY002 -- the authors' perform_no_ops draw
+    assert env.emulator.ale.getEpisodeFrameNumber() == expected.randint(1, 31)
+    assert noop_rng.uniform() == expected.uniform(0, 1)
 
-    env = TrainingEnv(env_config(), None, np.random.default_rng(5))
+    env = TrainingEnv(env_config(), None, AuthorsStream(5))
     env.begin_episode()
     lives = env.lives
     for _ in range(2000):  # never move: the ball is lost quickly
@@ -88,21 +96,21 @@ def test_no_op_starts_draw_once_from_the_noop_stream_and_life_loss_ends_the_epis
 
 
 def test_a_long_episode_is_truncated_not_terminated():
-    env = TrainingEnv(env_config(max_episode_frames=40), None, np.random.default_rng(0))
+    env = TrainingEnv(env_config(max_episode_frames=40), None, AuthorsStream(0))
     env.begin_episode()
     flags = [env.step(0)[2:4] for _ in range(10)]
     assert flags[-1] == (False, True) and all(f == (False, False) for f in flags[:-1])
 
 
 def test_emulator_state_restores_into_a_fresh_emulator():
-    rng = np.random.default_rng(3)
+    rng = AuthorsStream(3)
     first = Emulator("breakout", 0.25, rng, 84)
     play(first, scripted_actions(120))
-    saved, saved_rng = first.get_state(), rng.bit_generator.state
+    saved, saved_rng = first.get_state(), rng.get_state()
     expected = play(first, scripted_actions(200))
 
-    rng2 = np.random.default_rng(0)
-    rng2.bit_generator.state = saved_rng
+    rng2 = AuthorsStream(0)
+    rng2.set_state(saved_rng)
     second = Emulator("breakout", 0.25, rng2, 84)
     second.set_state(saved)
     rewards, frame = play(second, scripted_actions(200))
@@ -120,8 +128,7 @@ def test_frame_history_pads_with_zeros_at_episode_start():
 @pytest.mark.parametrize("sticky_p", [0.0, 0.25])
 def test_same_streams_same_game(sticky_p):
     def run():
-        env = TrainingEnv(env_config(sticky_p=sticky_p), np.random.default_rng(4),
-                          np.random.default_rng(4))
+        env = TrainingEnv(env_config(sticky_p=sticky_p), AuthorsStream(4), AuthorsStream(4))
         frames = [env.begin_episode()]
         frames += [env.step(a % 4)[0] for a in range(150)]
         return np.stack(frames)
@@ -133,8 +140,22 @@ def test_same_streams_same_game(sticky_p):
 def test_fast_and_sticky_paths_of_repeat_agree_when_nothing_sticks(frames):
     """With p = 0 the sticky path draws nothing that matters; both paths must play alike."""
     fast = Emulator("breakout", 0.0, None, 84)
-    slow = Emulator("breakout", 1e-300, np.random.default_rng(0), 84)  # never sticks
+    slow = Emulator("breakout", 1e-300, AuthorsStream(0), 84)  # never sticks
     for action in scripted_actions(60):
         assert fast.repeat(action, frames) == slow.repeat(action, frames)
         assert np.array_equal(fast.observe(), slow.observe())
     assert fast.ale.getEpisodeFrameNumber() == slow.ale.getEpisodeFrameNumber() == 60 * frames
+
+
+@pytest.mark.parametrize("survives", [True, False])
+def test_the_previous_action_survives_a_new_game_only_when_configured(survives):
+    """The authors' wrapper keeps prev_action over reset_game (ale_wrapper.py), so the first
+    frames of a new training game can repeat the last game's action."""
+    emulator = Emulator("breakout", 0.9, AuthorsStream(7), 84, sticky_survives_reset=survives)
+    play(emulator, [FIRE] + [RIGHT] * 30)
+    emulator.reset_game()
+    assert emulator.prev_action == (RIGHT if survives else NOOP)
+    fresh = Emulator("breakout", 0.0, None, 84)
+    fresh.reset_game()
+    moved = not np.array_equal(play(emulator, [NOOP] * 10)[1], play(fresh, [NOOP] * 10)[1])
+    assert moved == survives  # RIGHT repeated by the sticky draws moves the paddle

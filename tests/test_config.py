@@ -29,7 +29,11 @@ def test_real_params_hold_the_papers_hyperparameters():
         1.0, 0.1, 1_000_000)
     assert (p.replay.capacity, p.replay.learning_starts) == (1_000_000, 50_000)
     assert (p.train.steps, p.train.checkpoint_every) == (20_000_000, 250_000)
-    assert set(p.seeds.model_dump().values()) == {123}
+    assert {v for k, v in p.seeds.model_dump().items() if k != "generator"} == {123}
+    # where the authors' code and a choice differ, the default is the authors' (DESIGN rule 7)
+    assert p.seeds.generator == "authors" and p.agent.target_dtype == "float64"
+    assert p.env.sticky_survives_reset and p.train.end_episode_at_evaluation
+    assert p.replay.episode_time_wraps and p.start_states.noop_prefix == 2
     assert p.study.runs_per_group == 5 and tuple(p.study.groups) == GROUP_NAMES
     assert (p.evaluation.episodes, p.evaluation.max_frames) == (100, 18_000)
     s = p.start_states

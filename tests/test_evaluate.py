@@ -34,7 +34,7 @@ ACTIONS = (0, 1, 3, 4)
 
 
 def protocol(max_frames=2000, sticky_p=0.0, chunk=16):
-    return Protocol("breakout", 4, 4, 84, max_frames, sticky_p, chunk)
+    return Protocol("breakout", 4, 4, 84, max_frames, sticky_p, chunk, "linear", "authors")
 
 
 def constant_policy(action_index: int) -> QNetwork:
@@ -60,11 +60,12 @@ def authors_episode(sequence, action, max_frames, sticky_seed=None, sticky_p=0.0
     ale.setInt("random_seed", 0)
     ale.setFloat("repeat_action_probability", 0.0)
     ale.loadROM(roms.get_rom_path("breakout"))
-    rng = np.random.Generator(np.random.PCG64(sticky_seed)) if sticky_seed is not None else None
+    # the authors' eval: set_action_seed(k) makes RandomState(k), drawn with uniform(0, 1)
+    rng = np.random.RandomState(sticky_seed) if sticky_seed is not None else None  # noqa: NPY002
     previous = [0]
 
     def act(a):
-        if sticky_p > 0 and rng.random() < sticky_p:
+        if sticky_p > 0 and rng.uniform(0, 1) < sticky_p:
             a = previous[0]
         previous[0] = a
         return ale.act(a)
@@ -108,8 +109,8 @@ def test_cap_counts_frames_after_the_start_sequence():
 def test_sticky_seed_protocol_matches_the_authors_loop():
     specs = episode_specs(protocol(sticky_p=0.25), 4, sticky_seed_start=0)
     assert [s.sticky_seed for s in specs] == [0, 1, 2, 3] and specs[0].start_sequence is None
-    results = play(constant_policy(1), specs, protocol(max_frames=3000, sticky_p=0.25), None)
-    expected = [authors_episode(None, 1, 3000, sticky_seed=k, sticky_p=0.25) for k in range(4)]
+    results = play(constant_policy(1), specs, protocol(max_frames=3000, sticky_p=0.5), None)
+    expected = [authors_episode(None, 1, 3000, sticky_seed=k, sticky_p=0.5) for k in range(4)]
     assert [(r.score, r.frames) for r in results] == expected
     assert len({r.frames for r in results}) > 1  # different seeds, different episodes
 

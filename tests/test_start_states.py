@@ -25,7 +25,8 @@ def config():
 
 def test_candidates_follow_the_paper_and_their_stream(config):
     doc = start_states.generate_candidates(config)
-    lengths = [len(s) for s in doc["sequences"]]
+    lengths = [len(s) - 2 for s in doc["sequences"]]  # the random part, after two NOOPs
+    assert all(s[:2] == [0, 0] for s in doc["sequences"])  # as every line of initstates.txt
     assert doc["count"] == len(lengths) == 1000
     assert min(lengths) == 55 and max(lengths) == 95  # both ends drawn among 1000
     assert {a for s in doc["sequences"] for a in s} == {0, 1, 3, 4}

@@ -38,7 +38,8 @@ def reference(tmp_path_factory):
 def test_chain_covers_every_checkpoint_and_update(reference):
     params, run_dir, chain = reference
     assert [line["step"] for line in chain] == [0, 200, 400, 600]
-    assert [line["updates"] for line in chain] == [0, 0, 50, 100]
+    # the authors' count: updates at steps 204, 208, ... (t > 200, t % 4 == 0)
+    assert [line["updates"] for line in chain] == [0, 0, 49, 99]
     assert chain[1]["loss_chain_sha256"] == "0" * 64 != chain[2]["loss_chain_sha256"]
     for line in chain:
         tensors, meta = load_weights(checkpoint_path(run_dir, line["step"]),
@@ -48,6 +49,26 @@ def test_chain_covers_every_checkpoint_and_update(reference):
     assert [r["step"] for r in process] == [100, 200, 300, 400, 500, 600]
     assert process[0]["loss"] is None and process[-1]["loss"] > 0
     assert process[-1]["epsilon"] == pytest.approx(0.1)  # annealed over steps 200..500
+
+
+@pytest.mark.parametrize("cut", [True, False])
+def test_training_episodes_end_at_each_evaluation_point_after_learning_starts(tmp_path, cut):
+    """The authors evaluate inside training and then reset_game() (dqn/train.py ~122-127)."""
+    from reprodqn.config import load_params
+    from reprodqn.train import Run
+
+    params = load_params(PARAMS, [*TINY, f"train.end_episode_at_evaluation={cut}",
+                                  "env.noop_max=0"])
+    run = Run(resolve_run(params, "deterministic", 0), tmp_path, torch.device("cpu"))
+    new_games = []
+    while run.step < 401:
+        frames_before = run.env.emulator.ale.getEpisodeFrameNumber()
+        run.advance()
+        if run.env.emulator.ale.getEpisodeFrameNumber() < frames_before:
+            new_games.append(run.step - 1)
+    assert (400 in new_games) == cut  # other new games: the random policy lost a game
+    if cut:
+        assert run.episode_step == 0 and run.env.emulator.lives() == 5
 
 
 def test_same_params_same_chain_even_with_poisoned_global_generators(reference, tmp_path):

@@ -51,26 +51,32 @@ class RMSprop(torch.optim.RMSprop):
                 param.addcdiv_(grad, avg, value=-lr)
 
 
-class LinearEpsilon:
-    """The exploration rate: epsilon_start until learning starts, then linear to
-    epsilon_final over epsilon_decay_steps agent steps (paper, code)."""
+class AnnealedEpsilon:
+    """The exploration rate as the authors' loop keeps it (dqn/train.py ~118-121): start at
+    epsilon_start; after each step taken once the step count exceeds learning_starts,
+    subtract (start - final) / decay_steps, never going below epsilon_final. Kept as a
+    running value, as theirs, so each step's epsilon has their float64 rounding."""
 
-    def __init__(self, agent_config, learning_starts: int):
-        self.start, self.final = agent_config.epsilon_start, agent_config.epsilon_final
-        self.decay_steps = agent_config.epsilon_decay_steps
-        self.learning_starts = learning_starts
+    def __init__(self, agent_config):
+        self.final = agent_config.epsilon_final
+        self.delta = (agent_config.epsilon_start - self.final) / agent_config.epsilon_decay_steps
+        self.value = agent_config.epsilon_start
 
-    def __call__(self, step: int) -> float:
-        """Epsilon for the action taken at agent step `step` (counted from 0)."""
-        progress = min(max((step - self.learning_starts) / self.decay_steps, 0.0), 1.0)
-        return self.start + progress * (self.final - self.start)
+    def anneal(self) -> None:
+        self.value = max(self.value - self.delta, self.final)
 
 
 class DQNAgent:
     """DQN (Mnih et al. 2015) as the authors ran it: epsilon-greedy acting, one RMSprop
     update on a uniform minibatch every `update_every` steps once learning has started,
     Huber loss against a target network copied every `target_sync_every` steps, rewards
-    clipped for learning. A variant overrides `td_target` (Double DQN) or swaps a part."""
+    clipped for learning. A variant overrides `td_target` (Double DQN) or swaps a part.
+
+    Timing is the authors' (dqn/train.py ~118-137), with t the index of the step just
+    taken: once t > learning_starts, epsilon anneals and an update runs when t is a
+    multiple of update_every (first after 50,005 stored transitions; 49,999 updates by step
+    250K); the target copy follows when (t + 1) % target_sync_every == 1, and once at
+    construction."""
 
     def __init__(self, agent_config, n_actions: int, history_length: int, screen_size: int,
                  device: torch.device, init_generator: torch.Generator,
@@ -80,7 +86,7 @@ class DQNAgent:
         self.device = device
         self.learning_starts = learning_starts
         self.reward_clip = reward_clip
-        self.epsilon = LinearEpsilon(agent_config, learning_starts)
+        self.epsilon = AnnealedEpsilon(agent_config)
         self.online = build_q_network(agent_config.network, n_actions, history_length,
                                       screen_size, init_generator).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
@@ -88,10 +94,11 @@ class DQNAgent:
                                  alpha=agent_config.rmsprop_alpha, eps=agent_config.rmsprop_eps)
 
     # -- acting ------------------------------------------------------------------------------
-    def act(self, state: np.ndarray, step: int, rng: np.random.Generator) -> int:
-        """One uniform draw decides; a second picks the random action (the authors' order)."""
-        if rng.random() < self.epsilon(step):
-            return int(rng.integers(self.n_actions))
+    def act(self, state: np.ndarray, rng) -> int:
+        """One uniform draw decides; a second picks the random action (the authors' order,
+        dqn/dqn.py eGreedy_action)."""
+        if rng.uniform() < self.epsilon.value:
+            return rng.integer(0, self.n_actions)
         return self.greedy_action(state)
 
     @torch.inference_mode()
@@ -104,14 +111,16 @@ class DQNAgent:
         """The 4 frames' reward sum, clipped for learning (scores stay raw)."""
         return min(max(reward, -self.reward_clip), self.reward_clip)
 
-    def learn(self, step: int, replay, rng: np.random.Generator) -> torch.Tensor | None:
-        """After the transition of agent step `step` (from 0) is stored: an update when the
-        cadence says so (its loss is returned), then the target copy when due."""
-        done = step + 1
+    def learn(self, step: int, replay, rng) -> torch.Tensor | None:
+        """After the transition of agent step `step` (from 0) is stored: anneal epsilon and
+        update when the cadence says so (the loss is returned), then the target copy."""
         loss = None
-        if done > self.learning_starts and done % self.config.update_every == 0:
-            loss = self.update(replay.sample(self.config.batch_size, rng))
-        if done % self.config.target_sync_every == 0:
+        if step > self.learning_starts:
+            self.epsilon.anneal()
+            if step % self.config.update_every == 0:
+                loss = self.update(replay.sample(self.config.batch_size, rng))
+        sync = self.config.target_sync_every
+        if (step + 1) % sync == 1 % sync:
             self.sync_target()
         return loss
 
@@ -119,6 +128,9 @@ class DQNAgent:
                   not_terminal: torch.Tensor) -> torch.Tensor:
         """r + gamma * max_a Q_target(s', a), zero bootstrap at terminals."""
         next_q = self.target(next_states).max(dim=1).values
+        if self.config.target_dtype == "float64":  # the authors': per sample, in float64
+            target = rewards.double() + self.config.discount * next_q.double() * not_terminal
+            return target.float()
         return rewards + self.config.discount * next_q * not_terminal
 
     def update(self, batch: dict[str, np.ndarray]) -> torch.Tensor:
@@ -142,7 +154,15 @@ class DQNAgent:
         self.target.load_state_dict(self.online.state_dict())
 
     # -- exact resume ------------------------------------------------------------------------
-    def get_state(self) -> dict[str, torch.Tensor]:
+    def get_state(self) -> dict:
+        return {"epsilon": self.epsilon.value, "tensors": self.tensors()}
+
+    def set_state(self, state: dict) -> None:
+        self.epsilon.value = float(state["epsilon"])
+        self.load_tensors(state["tensors"])
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Weights, target weights and optimizer state, as CPU tensors."""
         tensors = {f"online.{k}": v for k, v in self.online.state_dict().items()}
         tensors.update({f"target.{k}": v for k, v in self.target.state_dict().items()})
         for index, slot in self.optimizer.state_dict()["state"].items():
@@ -150,7 +170,7 @@ class DQNAgent:
                 tensors[f"optimizer.{index}.{key}"] = value
         return {k: v.detach().cpu().clone() for k, v in tensors.items()}
 
-    def set_state(self, tensors: dict[str, torch.Tensor]) -> None:
+    def load_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         def section(prefix):
             return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
 

@@ -5,8 +5,8 @@ vector env: those grayscale before max-pooling, resize with INTER_AREA, draw no-
 sticky actions from their own generators, and cannot replay a start sequence frame by frame
 or relaunch the ball after a life loss. The paper's protocol needs all of that.
 
-Preprocessing (paper's code): max over the last two RGB screens -> grayscale -> 84x84
-bilinear. OpenCV's INTER_LINEAR_EXACT and its integer RGB->gray are bit-exact across CPUs.
+Preprocessing (the authors' code): max over the last two RGB screens -> grayscale -> 84x84
+bilinear, with OpenCV's INTER_LINEAR as theirs (env.resize) or INTER_LINEAR_EXACT.
 """
 
 from __future__ import annotations
@@ -22,19 +22,23 @@ cv2.setNumThreads(1)  # 84x84 frames gain nothing from threads; keep OpenCV off 
 ALEInterface.setLoggerMode(LoggerMode.Error)
 
 
-def preprocess(screens: np.ndarray, size: int) -> np.ndarray:
+RESIZE = {"linear": cv2.INTER_LINEAR, "linear_exact": cv2.INTER_LINEAR_EXACT}
+
+
+def preprocess(screens: np.ndarray, size: int, resize: str = "linear") -> np.ndarray:
     """Two RGB screens (2, 210, 160, 3) -> one (size, size) uint8 frame."""
     pooled = np.maximum(screens[0], screens[1])
     gray = cv2.cvtColor(pooled, cv2.COLOR_RGB2GRAY)
-    return cv2.resize(gray, (size, size), interpolation=cv2.INTER_LINEAR_EXACT)
+    return cv2.resize(gray, (size, size), interpolation=RESIZE[resize])
 
 
 class Emulator:
     """One Atari game. Sticky actions are drawn per frame from the sticky stream (ALE's own
-    sticky actions and its seed are switched off so no hidden generator is involved)."""
+    sticky actions and its seed are switched off so no hidden generator is involved). As
+    in the authors' wrapper, the previous action survives reset_game unless told not to."""
 
-    def __init__(self, game: str, sticky_p: float, sticky_rng: np.random.Generator | None,
-                 screen_size: int):
+    def __init__(self, game: str, sticky_p: float, sticky_rng, screen_size: int,
+                 resize: str = "linear", sticky_survives_reset: bool = False):
         if sticky_p > 0 and sticky_rng is None:
             raise ValueError("sticky actions need a sticky stream")
         self.ale = ALEInterface()
@@ -47,6 +51,8 @@ class Emulator:
         self.sticky_p = sticky_p
         self.sticky_rng = sticky_rng
         self.screen_size = screen_size
+        self.resize = resize
+        self.sticky_survives_reset = sticky_survives_reset
         self.prev_action = NOOP
         self._screens = np.zeros((2, *SCREEN_SHAPE), dtype=np.uint8)
         self._slot = 0
@@ -54,7 +60,7 @@ class Emulator:
     # -- one emulator frame ------------------------------------------------------------------
     def act(self, ale_action: int) -> int:
         """Play one frame; with probability sticky_p the previous action is repeated."""
-        if self.sticky_p > 0 and self.sticky_rng.random() < self.sticky_p:
+        if self.sticky_p > 0 and self.sticky_rng.uniform() < self.sticky_p:
             ale_action = self.prev_action
         self.prev_action = ale_action
         return self.ale.act(ale_action)
@@ -65,7 +71,7 @@ class Emulator:
         self._slot ^= 1
 
     def observe(self) -> np.ndarray:
-        return preprocess(self._screens, self.screen_size)
+        return preprocess(self._screens, self.screen_size, self.resize)
 
     # -- one agent step ----------------------------------------------------------------------
     def repeat(self, ale_action: int, frames: int) -> int:
@@ -97,7 +103,8 @@ class Emulator:
 
     def reset_game(self) -> None:
         self.ale.reset_game()
-        self.prev_action = NOOP
+        if not self.sticky_survives_reset:
+            self.prev_action = NOOP
 
     def lives(self) -> int:
         return self.ale.lives()
@@ -125,11 +132,11 @@ class TrainingEnv:
     """The training side of the protocol: episodes start with no-ops from the noop stream,
     a life loss ends the episode (the game goes on), long episodes are truncated."""
 
-    def __init__(self, env_config, sticky_rng: np.random.Generator | None,
-                 noop_rng: np.random.Generator):
+    def __init__(self, env_config, sticky_rng, noop_rng):
         self.config = env_config
         self.emulator = Emulator(env_config.game, env_config.sticky_p, sticky_rng,
-                                 env_config.screen_size)
+                                 env_config.screen_size, env_config.resize,
+                                 env_config.sticky_survives_reset)
         self.noop_rng = noop_rng
         self.n_actions = len(self.emulator.action_set)
         self.lives = 0
@@ -141,7 +148,7 @@ class TrainingEnv:
         if emu.game_over() or self.episode_frames >= self.config.max_episode_frames:
             emu.reset_game()
         noop_max = self.config.noop_max
-        noops = int(self.noop_rng.integers(1, noop_max + 1)) if noop_max > 0 else 0
+        noops = self.noop_rng.integer(1, noop_max + 1) if noop_max > 0 else 0
         for _ in range(noops):
             emu.act(NOOP)
             emu.capture()
@@ -154,6 +161,10 @@ class TrainingEnv:
         self.lives = emu.lives()
         self.episode_frames = 0
         return emu.observe()
+
+    def end_game(self) -> None:
+        """End the game now (the authors' reset_game() after an evaluation)."""
+        self.emulator.reset_game()
 
     def step(self, action_index: int) -> tuple[np.ndarray, int, bool, bool, bool]:
         """One agent step: (frame, raw reward, terminal, truncated, game over)."""

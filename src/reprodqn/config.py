@@ -7,16 +7,14 @@ agent steps (one action, = `frame_skip` emulator frames) unless a name says fram
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from reprodqn import rng
+from reprodqn import params_files, rng
 from reprodqn.errors import InputError
 
 GROUP_NAMES = ("deterministic", "gpu", "environment", "exploration", "initialization", "minibatch")
@@ -52,6 +50,14 @@ class EnvConfig(_Frozen):
     reward_clip: Annotated[float, Field(gt=0.0)] = Field(
         1.0, description="Learning rewards are clipped to [-reward_clip, reward_clip]."
     )
+    sticky_survives_reset: bool = Field(
+        True, description="In training, a new game keeps the previous action for sticky "
+        "repeats (the authors' wrapper); false: it restarts from NOOP (ALE's own reset)."
+    )
+    resize: Literal["linear", "linear_exact"] = Field(
+        "linear", description="OpenCV interpolation of the 84x84 resize: INTER_LINEAR (the "
+        "authors' cv2.resize default) or INTER_LINEAR_EXACT."
+    )
 
 
 class AgentConfig(_Frozen):
@@ -70,14 +76,22 @@ class AgentConfig(_Frozen):
     epsilon_decay_steps: PositiveInt = Field(
         1_000_000, description="Agent steps of linear annealing, counted from learning_starts."
     )
+    target_dtype: Literal["float32", "float64"] = Field(
+        "float64", description="Precision of r + gamma max Q' before it is stored in float32 "
+        "(the authors: float64)."
+    )
 
 
 class ReplayConfig(_Frozen):
     """Replay memory: its size and when learning starts."""
 
     capacity: Annotated[int, Field(ge=8)] = Field(1_000_000, description="Transitions stored.")
-    learning_starts: Annotated[int, Field(ge=1)] = Field(
-        50_000, description="Agent steps of pure exploration before the first update."
+    learning_starts: Annotated[int, Field(ge=6)] = Field(
+        50_000, description="Agent steps of pure exploration; updates come at steps beyond it."
+    )
+    episode_time_wraps: bool = Field(
+        True, description="Keep each transition's step-in-episode in 8 bits, as the authors' "
+        "uint8 episode_time, so sampled windows across a 256-step wrap are dropped too."
     )
 
 
@@ -92,6 +106,10 @@ class TrainConfig(_Frozen):
         1_000_000, description="Agent steps between resume points (full training state)."
     )
     log_every: PositiveInt = Field(10_000, description="Agent steps between process.jsonl lines.")
+    end_episode_at_evaluation: bool = Field(
+        True, description="End the training episode (a new game) at every evaluation point "
+        "after learning starts, as the authors' in-training evaluation did."
+    )
 
 
 class SeedsConfig(_Frozen):
@@ -102,10 +120,14 @@ class SeedsConfig(_Frozen):
     minibatch: Seed = Field(123, description="Replay sampling stream.")
     sticky: Seed = Field(123, description="Sticky-action stream (used only when sticky_p > 0).")
     noop: Seed = Field(123, description="No-op start stream.")
+    generator: Literal[*rng.FAMILIES] = Field(
+        "authors", description="authors: numpy RandomState (MT19937) per stream with the "
+        "authors' draw calls; pcg64: numpy's PCG64 Generator."
+    )
 
 
 # the seeds are the run's streams, named once in rng
-assert tuple(SeedsConfig.model_fields) == rng.RUN_STREAMS, "SeedsConfig != rng.RUN_STREAMS"
+assert tuple(SeedsConfig.model_fields)[:-1] == rng.RUN_STREAMS, "SeedsConfig != RUN_STREAMS"
 
 
 class ComputeConfig(_Frozen):
@@ -180,8 +202,12 @@ class StartStatesConfig(_Frozen):
     """Start sequences: random candidates, ranked by max-Q, a draw from the top."""
 
     candidates: PositiveInt = Field(1000, description="Random start sequences generated.")
-    min_length: PositiveInt = Field(55, description="Shortest sequence, in emulator frames.")
-    max_length: PositiveInt = Field(95, description="Longest sequence, in emulator frames.")
+    noop_prefix: Annotated[int, Field(ge=0)] = Field(
+        2, description="NOOP frames before the random part (every line of the authors' "
+        "files/initstates.txt starts with two)."
+    )
+    min_length: PositiveInt = Field(55, description="Shortest random part, in emulator frames.")
+    max_length: PositiveInt = Field(95, description="Longest random part, in emulator frames.")
     top_k: PositiveInt = Field(250, description="Best-ranked candidates kept by max-Q.")
     selected: PositiveInt = Field(100, description="Drawn from the top_k for evaluation.")
     candidates_seed: Seed = Field(123, description="Candidates stream.")
@@ -264,41 +290,15 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | tuple =
                 overlay: str | Path | None = None) -> Params:
     """Read params.yaml, apply an overlay file (a partial params file, e.g. the smoke
     scale) and `--set key.path=value` overrides, validate. Raises InputError."""
-    raw = load_raw(path)
+    raw = params_files.load_raw(path)
     origin = {}
     if overlay is not None:
-        _merge(raw, load_raw(overlay), [], str(overlay))
+        params_files.merge(raw, params_files.load_raw(overlay), [], str(overlay))
     for item in overrides:
-        key, value = _parse_override(item)
-        _set_dotted(raw, key, value, source=f"--set {item}")
+        key, value = params_files.parse_override(item)
+        params_files.set_dotted(raw, key, value, source=f"--set {item}")
         origin[key] = f"--set {item}"
     return _validate(Params, raw, str(path), origin)
-
-
-def load_raw(path: str | Path) -> dict:
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such params file") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise InputError(f"{path}:{where} is not valid YAML") from None
-    if not isinstance(raw, dict):
-        raise InputError(f"{path}: expected a mapping of sections at the top level")
-    return raw
-
-
-def _merge(base: dict, overlay: dict, path: list[str], source: str) -> None:
-    for key, value in overlay.items():
-        where = ".".join([*path, str(key)])
-        if key not in base:
-            raise InputError(f"{source}: unknown key {where!r}{_nearest(where, base, path)}")
-        if isinstance(value, dict) and isinstance(base[key], dict) and key != "set":
-            _merge(base[key], value, [*path, key], source)
-        else:
-            base[key] = copy.deepcopy(value)
 
 
 def resolve_run(params: Params, group: str, run: int) -> RunConfig:
@@ -312,7 +312,7 @@ def resolve_run(params: Params, group: str, run: int) -> RunConfig:
     raw.update(group=group, run=run)
     origin = {}
     for key, value in spec.set.items():
-        _set_dotted(raw, key, value, source=f"study.groups.{group}.set.{key}")
+        params_files.set_dotted(raw, key, value, source=f"study.groups.{group}.set.{key}")
         origin[key] = f"study.groups.{group}.set"
     if spec.vary:
         raw["seeds"][spec.vary] = spec.seeds[run]
@@ -326,68 +326,10 @@ def ranker_run(params: Params) -> RunConfig:
     return config.model_copy(update={"group": "ranker", "train": train})
 
 
-def _parse_override(item: str) -> tuple[str, Any]:
-    key, sep, text = item.partition("=")
-    if not sep or not key.strip():
-        raise InputError(f"--set {item}: expected key.path=value")
-    try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        value = text
-    return key.strip(), value
-
-
-def _set_dotted(raw: dict, key: str, value: Any, source: str) -> None:
-    node = raw
-    parts = key.split(".")
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(child, dict):
-            where = ".".join(parts[: i + 1])
-            raise InputError(f"{source}: unknown section {where!r}{_nearest(key, raw, [])}")
-        node = child
-    if parts[-1] not in node:
-        raise InputError(f"{source}: unknown key {key!r}{_nearest(key, raw, [])}")
-    node[parts[-1]] = copy.deepcopy(value)
-
-
-def _dotted_keys(node: dict, prefix: list[str]) -> list[str]:
-    keys = []
-    for key, value in node.items():
-        path = [*prefix, str(key)]
-        keys += _dotted_keys(value, path) if isinstance(value, dict) and value else [
-            ".".join(path)]
-    return keys
-
-
-def _nearest(key: str, node: dict, prefix: list[str]) -> str:
-    """'; did you mean ...?' with the closest valid dotted key, or nothing."""
-    import difflib
-
-    close = difflib.get_close_matches(key, _dotted_keys(node, prefix), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
 def _validate(model: type[BaseModel], raw: dict, source: str, origin: dict[str, str]):
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        raise InputError(_one_line(exc, source, origin)) from None
+        raise InputError(params_files.one_line(exc, source, origin)) from None
 
 
-def _one_line(exc: ValidationError, source: str, origin: dict[str, str]) -> str:
-    errors = exc.errors()
-    first = errors[0]
-    field = ".".join(str(p) for p in first["loc"])
-    where = origin.get(field, source)
-    if first["type"] == "extra_forbidden":
-        message = "unknown key"
-    elif first["type"] == "missing":
-        message = "missing"
-    else:
-        message = first["msg"][0].lower() + first["msg"][1:]
-        if "input" in first and not isinstance(first["input"], dict):
-            message += f", got {first['input']!r}"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    label = f"{field}: " if field else ""
-    return f"{where}: {label}{message}{more}"

@@ -52,12 +52,16 @@ class Protocol:
     max_frames: int
     sticky_p: float
     chunk: int
+    resize: str
+    generator: str  # the family of the per-episode sticky streams
 
     @classmethod
-    def for_run(cls, env_config, evaluation_config) -> Protocol:
-        return cls(env_config.game, env_config.frame_skip, env_config.history_length,
-                   env_config.screen_size, evaluation_config.max_frames, env_config.sticky_p,
-                   evaluation_config.inference_chunk)
+    def for_run(cls, config, evaluation_config) -> Protocol:
+        """From a run's (or the base params') env and seeds, and the evaluation params."""
+        env = config.env
+        return cls(env.game, env.frame_skip, env.history_length, env.screen_size,
+                   evaluation_config.max_frames, env.sticky_p,
+                   evaluation_config.inference_chunk, env.resize, config.seeds.generator)
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,7 @@ class Emulators:
     def take(self, n: int) -> list[Emulator]:
         p = self.protocol
         while len(self._emulators) < n:
-            self._emulators.append(Emulator(p.game, 0.0, None, p.screen_size))
+            self._emulators.append(Emulator(p.game, 0.0, None, p.screen_size, p.resize))
         return self._emulators[:n]
 
 
@@ -113,7 +117,7 @@ def play(net: QNetwork, specs: Sequence[EpisodeSpec], protocol: Protocol,
         emulator = emulators[k]
         if spec.sticky_seed is not None:  # this episode's own sticky stream
             emulator.sticky_p = p.sticky_p
-            emulator.sticky_rng = rng.stream(spec.sticky_seed)
+            emulator.sticky_rng = rng.make_stream(p.generator, spec.sticky_seed)
         else:
             emulator.sticky_p, emulator.sticky_rng = 0.0, None
         view = FrameHistory(p.history_length, p.screen_size, histories[k])
@@ -313,7 +317,7 @@ def end_state_histories(sequences, protocol: Protocol) -> np.ndarray:
     p = protocol
     histories = np.zeros((len(sequences), p.history_length, p.screen_size, p.screen_size),
                          np.uint8)
-    emulator = Emulator(p.game, 0.0, None, p.screen_size)
+    emulator = Emulator(p.game, 0.0, None, p.screen_size, p.resize)
     for k, sequence in enumerate(sequences):
         view = FrameHistory(p.history_length, p.screen_size, histories[k])
         replay_start_sequence(emulator, view, sequence, p.frame_skip)
@@ -339,7 +343,7 @@ def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
         raise InputError(f"{run_dir}: training is not complete; run `reprodqn train "
                          f"--group {group} --run {run}` first")
     hashes = workspace.read_hashes(run_dir)
-    protocol = Protocol.for_run(config.env, params.evaluation)
+    protocol = Protocol.for_run(config, params.evaluation)
     specs = episode_specs(protocol, params.evaluation.episodes,
                           params.evaluation.sticky_seed_start)
     sequences, sequences_sha = None, None

@@ -45,7 +45,7 @@ def prepare_ranker(params, out: Path) -> dict:
 def max_q_of_end_states(ranker: Path, sequences, params) -> tuple[np.ndarray, str]:
     """max_a Q(s, a) at the end of each start sequence, and the ranker's weights hash."""
     net = load_network(ranker, None, torch.device("cpu"))  # checks its embedded hash
-    protocol = Protocol.for_run(params.env, params.evaluation)
+    protocol = Protocol.for_run(params, params.evaluation)
     histories = end_state_histories(sequences, protocol)
     return q_values(net, histories, protocol.chunk).max(axis=1), \
         read_metadata(ranker)["weights_sha256"]

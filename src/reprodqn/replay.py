@@ -1,35 +1,45 @@
-"""Replay memory that stores one 84x84 uint8 frame per agent step (7.06 GB for 1M steps,
-where stored 4-frame stacks of s and s' would take 28 GB) and rebuilds stacks on sampling.
+"""Replay memory as the authors' code keeps it (repro_dqn dqn/replaybuffer.py): one 84x84
+uint8 frame per agent step (7.06 GB for 1M steps, where stored 4-frame stacks of s and s'
+would take 28 GB), stacks rebuilt on sampling, and their rule for what may be sampled.
 
-Slot i holds the newest frame of state s_i with the action taken in s_i, the clipped
-reward and whether the episode terminated. The next state s_{i+1} ends at slot i+1. A
-stack never reaches back past its episode's first frame (those frames are zeros, exactly
-as the agent saw them) nor past the oldest stored slot, and a truncated episode stores its
-last observation in a slot of its own so the reset frame never stands in for it.
+Slot i holds the frame seen after the action of some step t, that action, its clipped
+reward, whether the episode ended with it, and t's index within its episode
+(episode_time). Index i stands for the transition s = frames i-4..i-1, a_i, r_i,
+s' = frames i-3..i. Indices are drawn one at a time, uniform in [history, size - 2]
+(their randint(hist_len, size - 1)), and a draw is dropped and drawn again when:
+  - the window i-history..i touches the write position (it would mix old and new data),
+  - a terminal lies in i-history..i-1 (s would span two episodes),
+  - episode_time is not strictly increasing over i-history..i-1 (an episode began inside s).
+So every state trained on holds 4 real frames of one episode (one life): the first steps
+of each episode, whose acting state had zero padding, are never learned from. episode_time
+is uint8 in their code, so windows across each 256-step wrap are dropped too
+(replay.episode_time_wraps). An episode cut without a terminal (the evaluation cut, a
+truncation) leaves one transition whose s' starts the next episode, as in their code.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-_ARRAYS = ("frames", "actions", "rewards", "terminals", "starts", "depths")
+_ARRAYS = ("frames", "actions", "rewards", "terminals", "episode_time")
+MAX_REDRAWS = 1_000_000  # their loop would spin forever; a buffer this bad is a bug
 
 
 class ReplayMemory:
-    def __init__(self, capacity: int, history_length: int, frame_size: int):
+    def __init__(self, capacity: int, history_length: int, frame_size: int,
+                 episode_time_wraps: bool = True):
         self.capacity = capacity
         self.history_length = history_length
         self.frames = np.zeros((capacity, frame_size, frame_size), dtype=np.uint8)
         self.actions = np.zeros(capacity, dtype=np.uint8)
         self.rewards = np.zeros(capacity, dtype=np.float32)
         self.terminals = np.zeros(capacity, dtype=bool)
-        # a transition starts at this slot (False for a truncated episode's last frame)
-        self.starts = np.zeros(capacity, dtype=bool)
-        # frames of the episode before this one that a stack may use (capped at history-1)
-        self.depths = np.zeros(capacity, dtype=np.uint8)
+        self.episode_time = np.zeros(capacity, dtype=np.uint8 if episode_time_wraps
+                                     else np.int64)
+        self.time_modulus = 256 if episode_time_wraps else None
         self.cursor = 0
         self.size = 0
-        self._offsets = np.arange(history_length - 1, -1, -1)  # oldest frame first
+        self._window = np.arange(-history_length, 1)  # i-history .. i
 
     def __len__(self) -> int:
         return self.size
@@ -40,89 +50,58 @@ class ReplayMemory:
 
     # -- writing -----------------------------------------------------------------------------
     def add(self, frame: np.ndarray, action: int, reward: float, terminal: bool,
-            first: bool) -> None:
-        """Store s_t's newest frame with a_t, r_t and whether the episode ended after it."""
-        self._write(frame, first, start=True)
+            episode_time: int) -> None:
+        """Store the frame seen after action a_t with a_t, r_t, whether the episode ended,
+        and t's index within its episode (the authors' add_item)."""
         i = self.cursor
+        self.frames[i] = frame
         self.actions[i] = action
         self.rewards[i] = reward
         self.terminals[i] = terminal
-        self._advance()
-
-    def add_final(self, frame: np.ndarray) -> None:
-        """Store a truncated episode's last observation: the next state of the slot before."""
-        self._write(frame, first=False, start=False)
-        i = self.cursor
-        self.actions[i] = 0
-        self.rewards[i] = 0.0
-        self.terminals[i] = False
-        self._advance()
-
-    def _write(self, frame, first: bool, start: bool) -> None:
-        i = self.cursor
-        self.frames[i] = frame
-        self.starts[i] = start
-        if first or self.size == 0:
-            self.depths[i] = 0
-        else:
-            previous = self.depths[(i - 1) % self.capacity]
-            self.depths[i] = min(int(previous) + 1, self.history_length - 1)
-
-    def _advance(self) -> None:
-        self.cursor = (self.cursor + 1) % self.capacity
-        self.size = min(self.size + 1, self.capacity)
+        self.episode_time[i] = (episode_time % self.time_modulus if self.time_modulus
+                                else episode_time)
+        self.size = max(self.size, i + 1)
+        self.cursor = (i + 1) % self.capacity
 
     # -- sampling ----------------------------------------------------------------------------
-    def valid(self, indices: np.ndarray) -> np.ndarray:
-        """Which slots can start a sampled transition."""
-        oldest = self.cursor if self.size == self.capacity else 0
-        newest = (self.cursor - 1) % self.capacity
-        stored_before = (indices - oldest) % self.capacity
-        return (
-            (indices < self.size)
-            & self.starts[indices]
-            & (indices != newest)
-            & (stored_before >= self.depths[indices])
-        )
+    def valid(self, index: int) -> bool:
+        """Whether index can be sampled (their three checks, in their order)."""
+        h = self.history_length
+        if index >= self.cursor and index - h < self.cursor:
+            return False
+        if self.terminals[index - h:index].any():
+            return False
+        times = self.episode_time[index - h:index]
+        return bool((times[:-1] < times[1:]).all())
 
-    def sample_indices(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
-        """Uniform over valid slots: draw, then redraw each invalid one in order."""
-        if self.size < 2:
-            raise ValueError("replay memory needs at least two frames to sample")
-        indices = rng.integers(0, self.size, size=batch_size)
-        bad = ~self.valid(indices)
-        for position in np.flatnonzero(bad):
-            while True:
-                candidate = rng.integers(0, self.size, size=1)
-                if self.valid(candidate)[0]:
-                    indices[position] = candidate[0]
-                    break
-        return indices
+    def sample_indices(self, batch_size: int, rng) -> np.ndarray:
+        """Draw until batch_size valid indices are found; invalid draws are dropped."""
+        low, high = self.history_length, self.size - 1
+        if high <= low:
+            raise ValueError(f"replay memory holds {self.size} transitions; sampling needs at "
+                             f"least {self.history_length + 2}")
+        indices: list[int] = []
+        redraws = 0
+        while len(indices) < batch_size:
+            index = rng.integer(low, high)
+            if self.valid(index):
+                indices.append(index)
+            else:
+                redraws += 1
+                if redraws > MAX_REDRAWS:
+                    raise RuntimeError("replay memory holds no sampleable transition")
+        return np.array(indices, dtype=np.int64)
 
-    def stacks(self, indices: np.ndarray) -> np.ndarray:
-        """(B, history, H, W) uint8 states ending at `indices`, zeros before episode starts."""
-        slots = (indices[:, None] - self._offsets[None, :]) % self.capacity
-        stacked = self.frames[slots]
-        stacked[self._offsets[None, :] > self.depths[indices][:, None]] = 0
-        return stacked
-
-    def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def sample(self, batch_size: int, rng) -> dict[str, np.ndarray]:
         indices = self.sample_indices(batch_size, rng)
-        # s and s' share all but one frame: gather history+1 frames once, then mask each
-        span = self.history_length + 1
-        slots = (indices[:, None] - np.arange(span - 2, -2, -1)[None, :]) % self.capacity
-        frames = self.frames[slots]
-        states, next_states = frames[:, :-1].copy(), frames[:, 1:]
-        offsets = self._offsets[None, :]
-        states[offsets > self.depths[indices][:, None]] = 0
-        next_states[offsets > self.depths[slots[:, -1]][:, None]] = 0
+        frames = self.frames[indices[:, None] + self._window[None, :]]  # s and s' share 3
         return {
             "indices": indices,
-            "states": states,
+            "states": frames[:, :-1],
             "actions": self.actions[indices],
             "rewards": self.rewards[indices],
             "terminals": self.terminals[indices],
-            "next_states": next_states,
+            "next_states": frames[:, 1:],
         }
 
     # -- exact resume ------------------------------------------------------------------------

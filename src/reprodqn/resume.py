@@ -1,7 +1,7 @@
 """Resume points: a training run's whole state, composed from its parts' own states.
 
-Each part (streams, emulator, frame history, replay memory, counters) gives its state as a
-tree of JSON values, numpy arrays and bytes; the learner gives tensors. A point is one
+Each part (streams, emulator, frame history, replay memory, learner, counters) gives its
+state as a tree of JSON values, numpy arrays, bytes and torch tensors. A point is one
 directory: arrays in .npy files (the replay memory is gigabytes, read back memory-mapped),
 tensors in one safetensors file, everything else in state.json. resume/latest.json names
 the point with every file's SHA-256 and is replaced atomically only after the directory is
@@ -26,24 +26,24 @@ from reprodqn.errors import InputError
 from reprodqn.files import fsync_dir, read_json, sha256_file, write_json
 
 TENSORS = "learner.safetensors"
-ARRAY, BYTES = "__npy__", "__base64__"  # how state.json points at what it does not hold
+ARRAY, BYTES, TENSOR = "__npy__", "__base64__", "__tensor__"  # what state.json points at
 
 
 @dataclass(frozen=True)
 class ResumePoint:
     path: Path
     state: dict
-    tensors: dict[str, torch.Tensor]
 
 
-def save(resume_dir: Path, step: int, state: dict, tensors: dict[str, torch.Tensor]) -> None:
+def save(resume_dir: Path, step: int, state: dict) -> None:
     """Write the point for `step`, then make it the latest; older points are removed."""
     name = f"step-{step:09d}"
     target, staging = resume_dir / name, resume_dir / f".{name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    tensors: dict[str, torch.Tensor] = {}
+    encoded = _encode(state, "", staging, tensors)
     save_tensors(tensors, str(staging / TENSORS))
-    encoded = _encode(state, "", staging)
     (staging / "state.json").write_text(json.dumps(encoded, sort_keys=True))
     files = {}
     for path in sorted(staging.iterdir()):
@@ -74,14 +74,18 @@ def load(resume_dir: Path, device: torch.device) -> ResumePoint | None:
             raise InputError(f"{path}: missing from the resume point")
         if sha256_file(path) != expected:
             raise InputError(f"{path}: SHA-256 does not match {latest_path} (corrupted)")
-    state = _decode(read_json(point / "state.json", "resume state"), point)
-    return ResumePoint(point, state, load_tensors(str(point / TENSORS), device=str(device)))
+    tensors = load_tensors(str(point / TENSORS), device=str(device))
+    return ResumePoint(point, _decode(read_json(point / "state.json", "resume state"), point,
+                                      tensors))
 
 
-def _encode(value, path: str, directory: Path):
+def _encode(value, path: str, directory: Path, tensors: dict):
     if isinstance(value, dict):
-        return {key: _encode(item, f"{path}.{key}" if path else key, directory)
+        return {key: _encode(item, f"{path}.{key}" if path else key, directory, tensors)
                 for key, item in value.items()}
+    if isinstance(value, torch.Tensor):
+        tensors[path] = value.detach().cpu().contiguous()
+        return {TENSOR: path}
     if isinstance(value, np.ndarray):
         np.save(directory / f"{path}.npy", value, allow_pickle=False)
         return {ARRAY: f"{path}.npy"}
@@ -90,11 +94,13 @@ def _encode(value, path: str, directory: Path):
     return value
 
 
-def _decode(value, directory: Path):
+def _decode(value, directory: Path, tensors: dict):
     if isinstance(value, dict):
+        if TENSOR in value:
+            return tensors[value[TENSOR]]
         if ARRAY in value:
             return np.load(directory / value[ARRAY], mmap_mode="r", allow_pickle=False)
         if BYTES in value:
             return base64.b64decode(value[BYTES])
-        return {key: _decode(item, directory) for key, item in value.items()}
+        return {key: _decode(item, directory, tensors) for key, item in value.items()}
     return value

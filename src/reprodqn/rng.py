@@ -1,7 +1,10 @@
 """Named random streams: every random draw in reprodqn comes from one of these.
 
-Each stream is its own numpy PCG64 generator seeded from its own params seed, so varying
-one source of nondeterminism (the paper's method) leaves every other stream untouched.
+Each stream is its own generator seeded from its own params seed, so varying one source
+of nondeterminism (the paper's method) leaves every other stream untouched. The family is
+a param (seeds.generator): the authors' numpy RandomState per stream, with their draw
+calls, so the same seeds give the authors' exploration, no-op, sticky and minibatch
+decisions; or numpy's PCG64.
 Nothing here or elsewhere touches Python's, numpy's or torch's global generators.
 This module is the one owner of the stream names and of how a stream is made.
 """
@@ -16,35 +19,89 @@ RUN_STREAMS = ("init", *TRAINING_STREAMS)  # the seeds a run has (params: seeds.
 STUDY_STREAMS = ("candidates", "selection")  # start-state generation (params: start_states)
 STREAM_NAMES = (*RUN_STREAMS, *STUDY_STREAMS)
 GENERATOR = "numpy.random.Generator(PCG64)"
+FAMILIES = ("authors", "pcg64")  # params: seeds.generator
 
 
 def stream(seed: int) -> np.random.Generator:
-    """A fresh stream from its seed (for streams made per use: an evaluation episode's
-    sticky stream, the candidates and selection draws)."""
+    """A PCG64 generator from its seed, for the start-state draws (candidates, selection),
+    whose generating code the authors did not publish."""
     return np.random.Generator(np.random.PCG64(seed))
 
 
-class Streams:
-    """A fixed set of named generators with JSON-serialisable state for exact resume."""
+class AuthorsStream:
+    """numpy.random.RandomState(seed) (MT19937), one per source, drawn with the authors'
+    calls: uniform(0, 1) and randint(low, high) (repro_dqn dqn/main.py, utils.py,
+    dqn.py, replaybuffer.py, ale_wrapper.py)."""
 
-    def __init__(self, seeds: dict[str, int]):
+    family = "authors"
+
+    def __init__(self, seed: int):
+        self.generator = np.random.RandomState(seed)
+
+    def uniform(self) -> float:
+        return float(self.generator.uniform(0, 1))
+
+    def integer(self, low: int, high: int) -> int:
+        """Uniform in [low, high)."""
+        return int(self.generator.randint(low, high))
+
+    def get_state(self) -> dict:
+        return self.generator.get_state(legacy=False)
+
+    def set_state(self, state: dict) -> None:
+        key = np.array(state["state"]["key"], dtype=np.uint32)
+        self.generator.set_state({**state, "state": {**state["state"], "key": key}})
+
+
+class PCG64Stream:
+    """numpy's PCG64 Generator with the same two draws: random() and integers(low, high)."""
+
+    family = "pcg64"
+
+    def __init__(self, seed: int):
+        self.generator = stream(seed)
+
+    def uniform(self) -> float:
+        return float(self.generator.random())
+
+    def integer(self, low: int, high: int) -> int:
+        """Uniform in [low, high)."""
+        return int(self.generator.integers(low, high))
+
+    def get_state(self) -> dict:
+        return self.generator.bit_generator.state
+
+    def set_state(self, state: dict) -> None:
+        self.generator.bit_generator.state = state
+
+
+def make_stream(family: str, seed: int) -> AuthorsStream | PCG64Stream:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown generator family {family!r}")
+    return AuthorsStream(seed) if family == "authors" else PCG64Stream(seed)
+
+
+class Streams:
+    """A fixed set of named streams with JSON-and-array state for exact resume."""
+
+    def __init__(self, seeds: dict[str, int], family: str):
         unknown = set(seeds) - set(STREAM_NAMES)
         if unknown:
             raise ValueError(f"unknown random streams {sorted(unknown)}")
         self.seeds = dict(seeds)
-        self._generators = {name: stream(seed) for name, seed in seeds.items()}
+        self._streams = {name: make_stream(family, seed) for name, seed in seeds.items()}
 
-    def __getitem__(self, name: str) -> np.random.Generator:
-        return self._generators[name]
+    def __getitem__(self, name: str) -> AuthorsStream | PCG64Stream:
+        return self._streams[name]
 
     def get_state(self) -> dict:
-        return {name: gen.bit_generator.state for name, gen in self._generators.items()}
+        return {name: s.get_state() for name, s in self._streams.items()}
 
     def set_state(self, state: dict) -> None:
-        if set(state) != set(self._generators):
-            raise ValueError(f"stream state names {sorted(state)} != {sorted(self._generators)}")
-        for name, gen_state in state.items():
-            self._generators[name].bit_generator.state = gen_state
+        if set(state) != set(self._streams):
+            raise ValueError(f"stream state names {sorted(state)} != {sorted(self._streams)}")
+        for name, stream_state in state.items():
+            self._streams[name].set_state(stream_state)
 
 
 def torch_generator(seed: int):

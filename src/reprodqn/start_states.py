@@ -86,21 +86,25 @@ def check_sequence(sequence, where: str) -> None:
 
 
 def generate_candidates(config) -> dict:
-    """`config.candidates` sequences; each: a length uniform in [min, max], then that many
-    actions uniform over the minimal action set, all from the candidates stream."""
+    """`config.candidates` sequences; each: `noop_prefix` NOOP frames (as every line of the
+    authors' file begins), then a length uniform in [min, max] and that many actions
+    uniform over the minimal action set, all from the candidates stream."""
     rng = stream(config.candidates_seed)
     actions = np.array(BREAKOUT_ACTIONS)
+    prefix = [BREAKOUT_ACTIONS[0]] * config.noop_prefix
     sequences = []
     for _ in range(config.candidates):
         length = int(rng.integers(config.min_length, config.max_length + 1))
-        sequences.append([int(a) for a in actions[rng.integers(0, len(actions), length)]])
+        sequences.append(prefix + [int(a) for a in actions[rng.integers(0, len(actions),
+                                                                        length)]])
     return document(sequences, {
         "stage": "candidates",
         "generator": GENERATOR,
         "stream": "candidates",
         "seed": config.candidates_seed,
+        "noop_prefix": config.noop_prefix,
         "length_range": [config.min_length, config.max_length],
-        "draws": "per sequence: length = integers(min, max + 1), "
+        "draws": "per sequence: noop_prefix NOOPs, then length = integers(min, max + 1), "
                  "then actions = action_set[integers(0, 4, length)]",
     })
 

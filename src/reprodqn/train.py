@@ -81,12 +81,13 @@ class Run:
         self.dir = run_dir
         env_cfg = config.env
         seeds = config.seeds.model_dump()
-        self.streams = Streams({name: seeds[name] for name in TRAINING_STREAMS})
+        self.streams = Streams({name: seeds[name] for name in TRAINING_STREAMS},
+                               config.seeds.generator)
         sticky = self.streams["sticky"] if env_cfg.sticky_p > 0 else None
         self.env = TrainingEnv(env_cfg, sticky, self.streams["noop"])
         self.history = FrameHistory(env_cfg.history_length, env_cfg.screen_size)
         self.replay = ReplayMemory(config.replay.capacity, env_cfg.history_length,
-                                   env_cfg.screen_size)
+                                   env_cfg.screen_size, config.replay.episode_time_wraps)
         self.agent = DQNAgent(config.agent, self.env.n_actions, env_cfg.history_length,
                               env_cfg.screen_size, device, torch_generator(seeds["init"]),
                               config.replay.learning_starts, env_cfg.reward_clip)
@@ -94,35 +95,45 @@ class Run:
         self.updates = 0
         self.loss_chain = EMPTY_CHAIN
         self.pending_losses: list[torch.Tensor] = []
-        self.episode_first = True
+        self.episode_step = 0  # the authors' time_since_term: steps since the episode began
         self.game_score = 0
         self.acc = _Accumulators()
         self.history.reset(self.env.begin_episode())
 
     # -- one agent step ----------------------------------------------------------------------
     def advance(self) -> None:
-        action = self.agent.act(self.history.frames, self.step, self.streams["exploration"])
+        """One agent step in the authors' order (dqn/train.py ~93-137): act, store the
+        transition, end the episode if it ended (or at an evaluation point), learn."""
+        action = self.agent.act(self.history.frames, self.streams["exploration"])
         frame, reward, terminal, truncated, game_over = self.env.step(action)
         self.game_score += reward
-        self.replay.add(self.history.frames[-1], action, self.agent.clip_reward(reward),
-                        terminal, first=self.episode_first)
-        if terminal or truncated:
-            if truncated:
-                self.replay.add_final(frame)
+        self.replay.add(frame, action, self.agent.clip_reward(reward), terminal,
+                        self.episode_step)
+        self.episode_step += 1
+        cut = self.evaluation_cut(self.step)
+        if terminal or truncated or cut:
+            if cut:  # their evaluation ran here, then reset_game() (stored: not terminal)
+                self.env.end_game()
             self.acc.episodes += 1
-            if game_over or truncated:
+            if game_over or truncated or cut:
                 self.acc.game_scores.append(self.game_score)
                 self.game_score = 0
             self.history.reset(self.env.begin_episode())
-            self.episode_first = True
+            self.episode_step = 0
         else:
             self.history.push(frame)
-            self.episode_first = False
         loss = self.agent.learn(self.step, self.replay, self.streams["minibatch"])
         if loss is not None:
             self.pending_losses.append(loss)
             self.updates += 1
         self.step += 1
+
+    def evaluation_cut(self, step: int) -> bool:
+        """The authors evaluate inside training at every evaluation point after learning
+        starts, then reset the game, ending the training episode (dqn/train.py ~122-127)."""
+        return (self.config.train.end_episode_at_evaluation
+                and step > self.config.replay.learning_starts
+                and step % self.config.train.checkpoint_every == 0)
 
     def flush_losses(self) -> None:
         """Fold pending losses into the chain (batched so CUDA syncs once per flush)."""
@@ -137,28 +148,30 @@ class Run:
     def get_state(self) -> dict:
         self.flush_losses()
         counters = {"step": self.step, "updates": self.updates, "loss_chain": self.loss_chain,
-                    "episode_first": self.episode_first, "game_score": self.game_score,
+                    "episode_step": self.episode_step, "game_score": self.game_score,
                     "accumulators": self.acc.__dict__}
         return {"config_digest": self.config.digest(), "run": counters,
                 "streams": self.streams.get_state(), "env": self.env.get_state(),
-                "history": self.history.get_state(), "replay": self.replay.get_state()}
+                "history": self.history.get_state(), "replay": self.replay.get_state(),
+                "agent": self.agent.get_state()}
 
     def set_state(self, state: dict) -> None:
         counters = state["run"]
         self.step = int(counters["step"])
         self.updates = int(counters["updates"])
         self.loss_chain = counters["loss_chain"]
-        self.episode_first = bool(counters["episode_first"])
+        self.episode_step = int(counters["episode_step"])
         self.game_score = int(counters["game_score"])
         self.acc = _Accumulators(**counters["accumulators"])
         self.streams.set_state(state["streams"])
         self.env.set_state(state["env"])
         self.history.set_state(state["history"])
         self.replay.set_state(state["replay"])
+        self.agent.set_state(state["agent"])
 
     def save_resume_point(self, log_offsets: dict[str, int]) -> None:
-        state = {**self.get_state(), "log_offsets": log_offsets}
-        resume.save(self.dir / "resume", self.step, state, self.agent.get_state())
+        resume.save(self.dir / "resume", self.step, {**self.get_state(),
+                                                     "log_offsets": log_offsets})
 
     def load_resume_point(self) -> dict[str, int] | None:
         """Restore from the latest resume point; returns its log offsets, or None."""
@@ -167,7 +180,6 @@ class Run:
             return None
         if point.state["config_digest"] != self.config.digest():
             raise InputError(f"{point.path}: resume point was written with different params")
-        self.agent.set_state(point.tensors)
         self.set_state(point.state)
         return point.state["log_offsets"]
 
@@ -247,7 +259,7 @@ def _process_record(run: Run, rate: float) -> ProcessRecord:
         "step": run.step,
         "updates": run.updates,
         "loss": acc.loss_sum / acc.loss_count if acc.loss_count else None,
-        "epsilon": run.agent.epsilon(run.step),
+        "epsilon": run.agent.epsilon.value,
         "episodes": acc.episodes,
         "game_scores": acc.game_scores,
         "steps_per_second": round(rate, 2),
