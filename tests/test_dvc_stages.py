@@ -74,8 +74,18 @@ def handler_closure(names: list[str]) -> set[str]:
     return module_closure(modules)
 
 
+PIPELINES = (ROOT / "dvc.yaml", ROOT / "start_sequences" / "dvc.yaml")
+
+
+def all_stages() -> dict:
+    stages = {}
+    for path in PIPELINES:
+        stages.update(yaml.safe_load(path.read_text())["stages"])
+    return stages
+
+
 def test_every_stage_depends_on_exactly_the_modules_it_runs():
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    stages = all_stages()
     assert set(stages) == set(STAGE_HANDLERS)
     for stage, handlers in STAGE_HANDLERS.items():
         expected = {f"src/reprodqn/{m.split('.', 1)[1]}.py" for m in handler_closure(handlers)}
@@ -85,7 +95,7 @@ def test_every_stage_depends_on_exactly_the_modules_it_runs():
 
 
 def test_stages_declare_the_params_sections_they_read():
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    stages = all_stages()
     assert "study" in stages["train"]["params"] and "train" in stages["train"]["params"]
     assert "evaluation" not in stages["train"]["params"]  # evaluation knobs never retrain
     assert "results/fingerprint.json" in stages["train"]["deps"]
@@ -94,3 +104,13 @@ def test_stages_declare_the_params_sections_they_read():
     assert stages["conditions"]["always_changed"] is True
     assert "${evaluation.start_sequences}" in stages["evaluate"]["deps"]
     assert Path(ROOT / ".dvcignore").read_text().count("__pycache__") == 1
+
+
+def test_the_start_state_method_is_a_pipeline_of_its_own_run_at_the_workspace_root():
+    """`dvc repro` at the root runs candidates, ranker and select only when evaluation
+    depends on their output (tests/test_pipeline.py shows both choices)."""
+    root = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    method = yaml.safe_load(PIPELINES[1].read_text())["stages"]
+    assert set(method) == {"candidates", "ranker", "select"} and not set(method) & set(root)
+    assert all(stage["wdir"] == ".." for stage in method.values())
+    assert "start_sequences/selected.json" in str(method["select"]["outs"])

@@ -21,7 +21,9 @@ from .conftest import ROOT, TINY_OVERLAY, cli_env
 TINY_STUDY = {
     **TINY_OVERLAY,
     "study": {"runs_per_group": 2},
-    "evaluation": {"episodes": 3, "max_frames": 600},
+    # the paper's method, our draw: evaluation then depends on the start-state pipeline
+    "evaluation": {"episodes": 3, "max_frames": 600,
+                   "start_sequences": "start_sequences/selected.json"},
     "start_states": {"candidates": 24, "top_k": 8, "selected": 3},
     "ranker": {"steps": 400},
 }
@@ -41,7 +43,16 @@ def dvc(workspace: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def status(workspace: Path) -> dict:
-    return json.loads(dvc(workspace, "status", "--json").stdout)
+    """Stage -> why it is stale, by stage name (start_sequences/dvc.yaml's names unprefixed)."""
+    found = json.loads(dvc(workspace, "status", "--json").stdout)
+    return {name.split(":")[-1]: why for name, why in found.items()}
+
+
+def mentions(output: str, stage: str, what: str) -> bool:
+    """Whether DVC's output says `what` of `stage` ('Running stage' or 'Stage ... didn't
+    change'), whichever pipeline file it is in."""
+    return any(what.format(name) in output for name in (stage,
+                                                        f"start_sequences/dvc.yaml:{stage}"))
 
 
 def mlflow_runs(workspace: Path):
@@ -53,27 +64,52 @@ def mlflow_runs(workspace: Path):
     return client, client.search_runs([experiment.experiment_id], max_results=500)
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pipeline") / "study"
+def fresh_clone(root: Path, study: dict) -> Path:
+    """What a clone holds: the pipelines, the package, the shipped start states; params
+    written from params.yaml with `study` as the overlay."""
     root.mkdir()
     for name in ("dvc.yaml", ".dvcignore"):
         shutil.copy(ROOT / name, root / name)
     shutil.copytree(ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp"))
     shutil.copytree(ROOT / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "start_sequences").mkdir()
+    for name in ("dvc.yaml", "authors.json", "authors-initstates.txt", "authors-LICENSE.md"):
+        shutil.copy(ROOT / "start_sequences" / name, root / "start_sequences" / name)
     overlay = root / "tiny.yaml"
-    overlay.write_text(yaml.safe_dump(TINY_STUDY))
+    overlay.write_text(yaml.safe_dump(study))
     subprocess.run([sys.executable, "-m", "reprodqn.cli", "params", "--params",
                     str(ROOT / "params.yaml"), "--overlay", str(overlay), "--out",
                     str(root / "params.yaml")], check=True, env=env(), capture_output=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = fresh_clone(tmp_path_factory.mktemp("pipeline") / "study", TINY_STUDY)
     first = dvc(root, "repro")
     return root, first
+
+
+def test_with_the_authors_states_no_start_state_stage_runs(tmp_path):
+    """The default: evaluation on the authors' shipped states needs no ranker (a day of CPU
+    training at paper scale), so `dvc repro` on a fresh clone plans none of its stages."""
+    study = {key: value for key, value in TINY_STUDY.items() if key != "evaluation"}
+    root = fresh_clone(tmp_path / "clone", {**study, "evaluation": {"episodes": 3}})
+    assert yaml.safe_load((root / "params.yaml").read_text())["evaluation"][
+        "start_sequences"] == "start_sequences/authors.json"
+    upstream = dvc(root, "dag", "report").stdout
+    assert "evaluate" in upstream and "ranker" not in upstream and "select" not in upstream
+    to_run = json.loads(dvc(root, "status", "--json", "report", "--with-deps").stdout)
+    assert {name.split(":")[-1] for name in to_run} == {"conditions", "train", "evaluate",
+                                                        "report"}
+    everything = json.loads(dvc(root, "status", "--json").stdout)  # still there to run
+    assert {"candidates", "ranker", "select"} <= {name.split(":")[-1] for name in everything}
 
 
 def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
     root, first = workspace
     for stage in ("conditions", "candidates", "ranker", "select", "train", "evaluate", "report"):
-        assert f"Running stage '{stage}'" in first.stdout
+        assert mentions(first.stdout, stage, "Running stage '{}'")
     assert "study train: 12 jobs" in first.stderr and "12/12 jobs" in first.stderr
     for group in GROUPS:
         for run in (0, 1):
@@ -128,7 +164,7 @@ def test_a_second_repro_reruns_nothing_and_logs_nothing_twice(workspace):
     assert status(root) == {"conditions": ["always changed"]}
     second = dvc(root, "repro")
     for stage in ("candidates", "ranker", "select", "train", "evaluate", "report"):
-        assert f"Stage '{stage}' didn't change, skipping" in second.stdout
+        assert mentions(second.stdout, stage, "Stage '{}' didn't change, skipping")
     _, runs = mlflow_runs(root)
     assert len(runs) == 13
 

@@ -20,6 +20,7 @@ SMALL = [
     "evaluation.episodes=4",
     "evaluation.max_frames=1200",
     "ranker.steps=400",
+    "evaluation.start_sequences=start_sequences/selected.json",  # what select writes here
 ]
 
 

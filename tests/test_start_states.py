@@ -133,3 +133,34 @@ def test_ranking_and_selection(tmp_path, config):
     assert start_states.load(tmp_path / "selected.json", 5) == doc
     again = start_states.select(candidates, max_q, small, "r" * 64, "c" * 64, tmp_path / "b")
     assert again == doc
+
+
+def test_the_shipped_authors_states_are_what_the_importer_makes_of_their_file(tmp_path):
+    """start_sequences/authors.json is `reprodqn start-states import` of the authors' text,
+    byte for byte, with where it came from; their MIT notice ships beside it."""
+    import hashlib
+    import json
+    import subprocess
+    import sys
+
+    from .conftest import ROOT, cli_env
+
+    folder = ROOT / "start_sequences"
+    shipped = (folder / "authors.json").read_bytes()
+    origin = json.loads(shipped)["provenance"]
+    text = (folder / "authors-initstates.txt").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == origin["source_sha256"] == (
+        "b0b933f32a8b006ab6c985124933302d112d731bc7b619d409dd8c9ae6dd6975")
+    assert origin["repository"] == "https://github.com/prabhatnagarajan/repro_dqn"
+    assert origin["commit"].startswith("59b8dfb") and origin["path"] == "files/initstates.txt"
+    notice = (ROOT / origin["license"]).read_text()
+    assert "MIT License" in notice and "Prabhat Nagarajan" in notice
+    out = tmp_path / "authors.json"
+    subprocess.run([sys.executable, "-m", "reprodqn.cli", "start-states", "import",
+                    str(folder / "authors-initstates.txt"), "--out", str(out),
+                    "--repository", origin["repository"], "--commit", origin["commit"],
+                    "--path", origin["path"], "--license", origin["license"]],
+                   check=True, capture_output=True, env=cli_env(), cwd=ROOT)
+    assert out.read_bytes() == shipped
+    doc = start_states.load(folder / "authors.json", at_least=100)
+    assert all(s[:2] == [0, 0] for s in doc["sequences"])  # their two NOOP frames

@@ -42,6 +42,7 @@ class RunResult:
     steps: list[int] = field(default_factory=list)
     scores: dict[int, list[float]] = field(default_factory=dict)  # step -> per-episode
     conditions: dict | None = None
+    start_states: dict | None = None  # what its evaluation recorded (None: sticky seeds)
 
     @property
     def curve(self) -> np.ndarray:

@@ -114,8 +114,9 @@ def cmd_select(args) -> int:
 def cmd_import(args) -> int:
     from reprodqn import start_states
 
-    params = _load(args)
-    doc = start_states.import_authors_file(args.file, args.out, params.start_states.selected)
+    origin = {"repository": args.repository, "commit": args.commit, "path": args.path,
+              "license": args.license}
+    doc = start_states.import_authors_file(args.file, args.out, args.count, origin)
     print(f"start-states import: {doc['count']} sequences, sha256 "
           f"{doc['sequences_sha256'][:12]} -> {args.out}", file=sys.stderr)
     return 0
@@ -261,6 +262,10 @@ def _add_tools(sub) -> None:
     q = _stage(verbs, "import", "import the authors' initstates.txt format", cmd_import)
     q.add_argument("file", type=Path, help="one Python list of ALE action ids per line")
     q.add_argument("--out", type=Path, default=workspace.START_SEQUENCES / "authors.json")
+    q.add_argument("--count", type=int, default=100, help="sequences expected (default 100)")
+    for name, what in (("repository", "its repository"), ("commit", "the commit it was read "
+                       "at"), ("path", "its path there"), ("license", "its license file")):
+        q.add_argument(f"--{name}", default=None, help=f"provenance: {what}")
     p = _stage(sub, "bundle", "one archive of the study for a paper to link to", cmd_bundle)
     p.add_argument("--out", type=Path, default=Path("dist/reprodqn-bundle.tar.gz"))
     p.add_argument("--checkpoints", action="store_true", help="include every checkpoint")

@@ -191,7 +191,8 @@ class EvaluationConfig(_Frozen):
         0, description="Environment group: episode k uses sticky seed sticky_seed_start + k."
     )
     start_sequences: str = Field(
-        "start_sequences/selected.json", description="The start-sequence file evaluated on."
+        "start_sequences/authors.json", description="The start-sequence file evaluated on: "
+        "the authors' states, or start_sequences/selected.json from the select stage."
     )
     inference_chunk: PositiveInt = Field(
         16, description="States per Q-network call (fixed, so batching changes no result)."

@@ -259,7 +259,7 @@ def evaluation_digest(protocol: Protocol, specs, sequences_sha256: str | None,
 
 
 def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Evaluator, specs,
-                 digest: str) -> Iterator[CheckpointEvaluated]:
+                 digest: str, start_states: dict | None = None) -> Iterator[CheckpointEvaluated]:
     """Evaluate every checkpoint of `run_dir` into `out_dir`/eval.csv (a directory of its
     own: DVC lets no stage write inside another's outputs); progress survives interruption
     per checkpoint."""
@@ -307,7 +307,7 @@ def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Ev
     write_json(out_dir / "eval.json", {
         "digest": digest, "protocol": asdict(evaluator.protocol), "episodes": len(specs),
         "inference_threads": EVAL_THREADS, "workers": evaluator.workers,
-        "device": evaluator.device,
+        "device": evaluator.device, "start_states": start_states,
     })
     progress_path.unlink(missing_ok=True)
 
@@ -346,13 +346,14 @@ def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
     protocol = Protocol.for_run(config, params.evaluation)
     specs = episode_specs(protocol, params.evaluation.episodes,
                           params.evaluation.sticky_seed_start)
-    sequences, sequences_sha = None, None
+    sequences, sequences_sha, used = None, None, None
     if protocol.sticky_p == 0:
         from reprodqn import start_states
 
         path = Path(start_sequences or params.evaluation.start_sequences)
-        doc = start_states.load(path, params.start_states.selected)
+        doc = start_states.load(path, at_least=params.evaluation.episodes)
         sequences, sequences_sha = doc["sequences"], doc["sequences_sha256"]
+        used = start_states.summary(doc, path)
     digest = evaluation_digest(protocol, specs, sequences_sha, hashes)
     label = f"evaluate {group}/{run}"
     out_dir = workspace.eval_dir(evaluations, group, run)
@@ -363,16 +364,18 @@ def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
         evaluator = Evaluator(protocol, sequences, workers or default_workers(threads=1),
                               config.compute.device, config.compute.deterministic_gpu)
         with evaluator:
-            _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest)
+            _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest,
+                                    used)
     if track:
         tracking.track_evaluation(config, run_dir, out_dir, digest)
 
 
-def _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest) -> None:
+def _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest,
+                            used) -> None:
     progress = Progress(label, len(hashes), unit="checkpoints", interval=0)
     agent_steps = 0
     start = time.monotonic()
-    for event in evaluate_run(run_dir, out_dir, hashes, evaluator, specs, digest):
+    for event in evaluate_run(run_dir, out_dir, hashes, evaluator, specs, digest, used):
         agent_steps += event.agent_steps
         rate = agent_steps / max(time.monotonic() - start, 1e-9)
         note = ("kept from an interrupted evaluation" if event.resumed

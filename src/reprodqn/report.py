@@ -30,6 +30,9 @@ def load_run(run_dir: Path, eval_dir: Path, group: str, run: int) -> RunResult:
     result = RunResult(group, run, workspace.read_hashes(run_dir))
     result.scores = workspace.eval_scores(eval_dir)
     result.steps = sorted(result.scores)
+    if (eval_dir / "eval.json").exists():
+        result.start_states = read_json(eval_dir / "eval.json", "evaluation record").get(
+            "start_states")
     if (run_dir / "conditions.json").exists():
         result.conditions = read_json(run_dir / "conditions.json", "run conditions")
     return result
@@ -138,6 +141,19 @@ def write_report(study, out_dir: Path, scale_note: str = "") -> dict:
     return {"metrics": metrics, "figures": [str(p) for p in figures]}
 
 
+def start_states_lines(study) -> list[str]:
+    """Which start states the evaluations used (the environment group uses sticky seeds)."""
+    import json
+
+    from reprodqn.start_states import describe
+
+    used = sorted({json.dumps(r.start_states, sort_keys=True) for runs in study.values()
+                   for r in runs if r.start_states})
+    if not used:
+        return ["Start states: none recorded."]
+    return [f"Start states: {describe(json.loads(record))}." for record in used]
+
+
 def report_markdown(study, table, tests, replicability, device, scale_note: str) -> str:
     runs = sum(1 for runs in study.values() for r in runs if r.steps)
     lines = ["# Report: deterministic DQN on Breakout", ""]
@@ -148,6 +164,7 @@ def report_markdown(study, table, tests, replicability, device, scale_note: str)
               "Ours, with the paper's value in parentheses. Best: each run's highest "
               "checkpoint score; final: its last. Population standard deviations.", "",
               table1_markdown(table), "",
+              *start_states_lines(study), "",
               "## Replicability (after Chen et al.)", ""]
     if replicability.get("replicable") is None:
         lines.append(f"Not assessed: {replicability.get('reason')}.")

@@ -44,7 +44,7 @@ def document(sequences: list[list[int]], provenance: dict) -> dict:
     }
 
 
-def load(path: Path, expected_count: int | None = None) -> dict:
+def load(path: Path, expected_count: int | None = None, at_least: int | None = None) -> dict:
     """Read and check a start-sequence file; every problem is one line naming the file."""
     path = Path(path)
     doc = read_json(path, "start-sequence file")
@@ -65,11 +65,37 @@ def load(path: Path, expected_count: int | None = None) -> dict:
         raise InputError(f"{path}: count says {doc.get('count')}, file holds {len(sequences)}")
     if expected_count is not None and len(sequences) != expected_count:
         raise InputError(f"{path}: holds {len(sequences)} sequences, expected {expected_count}")
+    if at_least is not None and len(sequences) < at_least:
+        raise InputError(f"{path}: holds {len(sequences)} sequences, fewer than the "
+                         f"{at_least} evaluation episodes")
     actual = sequences_sha256(sequences)
     if doc.get("sequences_sha256") != actual:
         raise InputError(f"{path}: sequences_sha256 does not match the sequences (edited or "
                          "corrupted)")
     return doc
+
+
+def summary(doc: dict, path: Path) -> dict:
+    """What an evaluation records of the start states it used, and the report prints."""
+    keep = ("stage", "repository", "commit", "path", "source_sha256", "ranker_weights_sha256",
+            "selection_seed")
+    return {"file": str(path), "count": doc["count"], "sequences_sha256": doc["sequences_sha256"],
+            "provenance": {k: v for k, v in doc["provenance"].items() if k in keep}}
+
+
+def describe(used: dict) -> str:
+    """One line: which start states, from where, with which hashes."""
+    p = used["provenance"]
+    if p.get("stage") == "import":
+        origin = (f"the authors' states, imported from {p.get('repository', 'a file')} "
+                  f"{p.get('path', '')} at {str(p.get('commit', '?'))[:7]} (file SHA-256 "
+                  f"{p.get('source_sha256', '?')[:12]}…)")
+    else:
+        origin = (f"our draw by the paper's method (ranker weights "
+                  f"{str(p.get('ranker_weights_sha256', '?'))[:12]}…, selection seed "
+                  f"{p.get('selection_seed', '?')})")
+    return (f"`{used['file']}`: {used['count']} sequences, {origin}; sequences SHA-256 "
+            f"{used['sequences_sha256'][:12]}…")
 
 
 def check_sequence(sequence, where: str) -> None:
@@ -143,13 +169,17 @@ def parse_authors_file(path: Path, expected_count: int) -> list[list[int]]:
     return sequences
 
 
-def import_authors_file(source: Path, out: Path, expected_count: int) -> dict:
+def import_authors_file(source: Path, out: Path, expected_count: int,
+                        origin: dict[str, str] | None = None) -> dict:
+    """Convert the authors' format into a start-sequence file; `origin` says where the text
+    came from (repository, commit, path, license), recorded beside its SHA-256."""
     sequences = parse_authors_file(source, expected_count)
     doc = document(sequences, {
         "stage": "import",
         "source": Path(source).name,
         "source_sha256": sha256_file(source),
         "source_format": "repro_dqn files/initstates.txt (one list literal of ALE ids per line)",
+        **{key: value for key, value in (origin or {}).items() if value is not None},
     })
     write_json(out, doc)
     return doc
