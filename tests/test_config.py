@@ -174,3 +174,22 @@ def test_explain_prints_every_knob_with_type_range_default_value_and_source():
     assert all(f"[{section}]" in everything for section in ("env", "seeds", "ranker"))
     with pytest.raises(InputError, match="--explain nope: expected one of env, agent"):
         explain(params, PARAMS, "nope")
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_nan_and_infinities_are_refused_in_every_float_wherever_set(value, tmp_path):
+    """A NaN probability or learning rate would train silently wrong; refused in one line."""
+    with pytest.raises(InputError, match=rf"--set agent.learning_rate={value}: "
+                                         rf"agent.learning_rate: input should be a finite number"):
+        load_params(PARAMS, [f"agent.learning_rate={value}"])
+    with pytest.raises(InputError, match=r"study.groups.environment.set.env.sticky_p: input "
+                                         r"should be a finite number, got -?(nan|inf)$"):
+        load_params(PARAMS, [f"study.groups.environment.set={{env.sticky_p: {value}}}"])
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(f"env:\n  reward_clip: {value}\n")
+    with pytest.raises(InputError, match=r"env.reward_clip: input should be a finite number"):
+        load_params(PARAMS, overlay=overlay)
+    broken = tmp_path / "params.yaml"
+    broken.write_text((PARAMS).read_text().replace("discount: 0.99 ", f"discount: {value} "))
+    with pytest.raises(InputError, match=rf"{broken}: agent.discount: input should be a finite"):
+        load_params(broken)

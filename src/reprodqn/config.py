@@ -25,7 +25,7 @@ Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class EnvConfig(_Frozen):

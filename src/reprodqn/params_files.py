@@ -82,11 +82,24 @@ def nearest(key: str, node: dict, prefix: list[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+UNION_MEMBERS = ("bool", "int", "float", "str")  # how pydantic tags a union's alternatives
+
+
 def one_line(exc: ValidationError, source: str, origin: dict[str, str]) -> str:
+    """The first problem, as `where: field: what, got value (and N more)`. A value that
+    failed every alternative of a union (a group's `set`) is reported once, by its most
+    telling failure (a NaN or infinity as such), without the union's member tags."""
     errors = exc.errors()
-    first = errors[0]
-    field = ".".join(str(p) for p in first["loc"])
-    where = origin.get(field, source)
+    first = next((e for e in errors if e["type"] == "finite_number"), errors[0])
+
+    def path(error) -> str:
+        return ".".join(str(p) for p in error["loc"] if p not in UNION_MEMBERS)
+
+    field = path(first)
+    others = len({path(e) for e in errors} - {field})
+    errors = errors[: others + 1]
+    where = next((origin[key] for key in sorted(origin, key=len, reverse=True)
+                  if field == key or field.startswith(key + ".")), source)
     if first["type"] == "extra_forbidden":
         message = "unknown key"
     elif first["type"] == "missing":
