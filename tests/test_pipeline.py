@@ -122,6 +122,23 @@ def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
     metrics = json.loads(dvc(root, "metrics", "show", "--json").stdout)
     shown = metrics[""]["data"]["reports/metrics.json"]["data"]
     assert shown["replicable"] is True and set(shown["table1"]) == set(GROUPS)
+    assert shown["first_divergence_step"]["initialization"]["weights"] == 0
+    parting = json.loads((root / "reports" / "metrics.json").read_text())[
+        "first_divergence_step"]  # dvc metrics show leaves out "never" (null)
+    assert parting["deterministic"] == parting["gpu"] == {
+        "weights": None, "losses": None, "evaluation": None}  # a CPU has no GPU to vary
+    assert parting["initialization"]["weights"] == 0  # different weights from the start
+    for group in ("exploration", "minibatch", "environment"):
+        # same weights until updates begin (t > 200); the first checkpoint after: 400;
+        # the loss chains part in the first process record with updates (step 300)
+        assert parting[group]["weights"] == 400 and parting[group]["losses"] == 300
+    divergence = json.loads((root / "reports" / "divergence.json").read_text())
+    assert divergence["minibatch"]["losses"] == {"step": 300, "updates": [1, 24]}
+    report = (root / "reports" / "report.md").read_text()
+    assert "| deterministic | 2 | never | never | never |" in report
+    assert "| minibatch | 2 | step 400 | step 300 (updates 1–24) |" in report
+    assert "The gpu group cannot part on a CPU" in report
+    assert (root / "reports" / "figure_divergence.png").exists()
     plots = json.loads(dvc(root, "plots", "show", "--json").stdout)
     assert "reports/learning_curves.csv" in json.dumps(plots)
 

@@ -43,6 +43,7 @@ class RunResult:
     scores: dict[int, list[float]] = field(default_factory=dict)  # step -> per-episode
     conditions: dict | None = None
     start_states: dict | None = None  # what its evaluation recorded (None: sticky seeds)
+    process: list[dict] = field(default_factory=list)  # process.jsonl records
 
     @property
     def curve(self) -> np.ndarray:
@@ -142,6 +143,39 @@ def divergence(reference: RunResult, other: RunResult) -> dict[str, int | None]:
     steps = {name: first_divergence(reference, other, key) for name, key in CHAINS.items()}
     steps["evaluation"] = first_eval_divergence(reference, other)
     return steps
+
+
+def first_loss_divergence(reference: RunResult, other: RunResult) -> dict | None:
+    """Where two runs' loss chains part, as sharply as process.jsonl records it (every
+    log_every steps): the first record that differs, and the updates it covers."""
+    previous = 0
+    for a, b in itertools.zip_longest(reference.process, other.process):
+        if a is None or b is None or a.get("loss_chain_sha256") != b.get(
+                "loss_chain_sha256"):
+            record = a or b
+            return {"step": record["step"], "updates": [previous + 1, record["updates"]]}
+        previous = a["updates"]
+    step = first_divergence(reference, other, "loss_chain_sha256")  # older runs: checkpoints
+    return None if step is None else {"step": step, "updates": None}
+
+
+def group_divergence(study: dict[str, list[RunResult]]) -> dict[str, dict]:
+    """The paper's finding at any scale: per group, the first step at which its runs stop
+    being identical to its run 0 in weights, in the loss chain and in evaluation results
+    (None: never). Groups that vary a source of nondeterminism part; the deterministic
+    group never does."""
+    table = {}
+    for group, runs in study.items():
+        runs = [r for r in runs if r.hashes]
+        if len(runs) < 2:
+            continue
+        chains = [divergence(runs[0], r) for r in runs[1:]]
+        losses = [d for r in runs[1:] if (d := first_loss_divergence(runs[0], r))]
+        table[group] = {"runs": len(runs), **{
+            name: min((c[name] for c in chains if c[name] is not None), default=None)
+            for name in ("weights", "evaluation")},
+            "losses": min(losses, key=lambda d: d["step"]) if losses else None}
+    return table
 
 
 def verdict(study: dict[str, list[RunResult]]) -> dict:

@@ -85,6 +85,34 @@ def start_state_figures(study, out_dir: Path) -> list[Path]:
     return paths + _save(fig, out_dir / "figure4_start_states")
 
 
+def divergence_figure(divergence: dict[str, dict], total_steps: int, out_dir: Path) -> list[Path]:
+    """Per group, when its runs part: in weights, loss chain and evaluation (a hollow
+    marker at the end of training: never)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    groups = [g for g in GROUP_NAMES if g in divergence]
+    styles = {"weights": ("o", "C0"), "losses": ("s", "C1"), "evaluation": ("^", "C2")}
+    for offset, (name, (marker, colour)) in zip((-0.2, 0.0, 0.2), styles.items(),
+                                                 strict=True):
+        for row, group in enumerate(groups):
+            found = divergence[group][name]
+            step = found["step"] if isinstance(found, dict) else found
+            ax.scatter([total_steps if step is None else step], [row + offset], marker=marker,
+                       color=colour, facecolors="none" if step is None else colour,
+                       label=name if row == 0 else None, zorder=3)
+    ax.set_yticks(range(len(groups)), groups)
+    ax.invert_yaxis()
+    ax.set_xlim(-0.03 * total_steps, 1.05 * total_steps)
+    ax.axvline(total_steps, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("agent step at which a group's runs first differ (hollow, at the end: never)")
+    ax.xaxis.set_major_formatter(_steps_formatter())
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("Where each source of nondeterminism enters")
+    fig.tight_layout()
+    return _save(fig, out_dir / "figure_divergence")
+
+
 def _steps_formatter():
     from matplotlib.ticker import EngFormatter
 

@@ -17,17 +17,19 @@ from reprodqn.analysis import (
     PAPER_TABLE1,
     RunResult,
     device_statement,
+    group_divergence,
     table1,
     variance_tests,
     verdict,
 )
 from reprodqn.config import GROUP_NAMES
-from reprodqn.figures import figure1, start_state_figures
+from reprodqn.figures import divergence_figure, figure1, start_state_figures
 from reprodqn.files import read_json, write_json, write_text
 
 
 def load_run(run_dir: Path, eval_dir: Path, group: str, run: int) -> RunResult:
     result = RunResult(group, run, workspace.read_hashes(run_dir))
+    result.process = workspace.read_process(run_dir)
     result.scores = workspace.eval_scores(eval_dir)
     result.steps = sorted(result.scores)
     if (eval_dir / "eval.json").exists():
@@ -119,7 +121,11 @@ def write_report(study, out_dir: Path, scale_note: str = "") -> dict:
     tests = variance_tests(study)
     replicability = verdict(study)
     device = device_statement(study)
-    figures = figure1(study, out_dir) + start_state_figures(study, out_dir)
+    parting = group_divergence(study)
+    total = max((h[-1]["step"] for runs in study.values() for r in runs
+                 if (h := r.hashes)), default=0)
+    figures = (figure1(study, out_dir) + start_state_figures(study, out_dir)
+               + divergence_figure(parting, total, out_dir))
 
     write_text(out_dir / "table1.csv", table1_csv(table))
     write_text(out_dir / "table1.md", table1_markdown(table) + "\n")
@@ -127,6 +133,7 @@ def write_report(study, out_dir: Path, scale_note: str = "") -> dict:
     write_text(out_dir / "learning_curves_runs.csv", learning_curves_runs_csv(study))
     write_json(out_dir / "variance_tests.json", tests)
     write_json(out_dir / "replicability.json", {**replicability, "device": device})
+    write_json(out_dir / "divergence.json", parting)
     metrics = {
         "table1": {g: {m: table[m].get(g) for m in METRICS} for g in GROUP_NAMES
                    if g in table["best_mean"]},
@@ -134,10 +141,13 @@ def write_report(study, out_dir: Path, scale_note: str = "") -> dict:
         "deterministic_identical": {k: replicability[k]["identical"]
                                     for k in ("weights", "losses", "evaluation")
                                     if k in replicability},
+        "first_divergence_step": {g: {k: (v["step"] if isinstance(v, dict) else v)
+                                      for k, v in d.items() if k != "runs"}
+                                  for g, d in parting.items()},
     }
     write_json(out_dir / "metrics.json", metrics)
     write_text(out_dir / "report.md", report_markdown(study, table, tests, replicability,
-                                                      device, scale_note))
+                                                      device, scale_note, parting))
     return {"metrics": metrics, "figures": [str(p) for p in figures]}
 
 
@@ -154,7 +164,36 @@ def start_states_lines(study) -> list[str]:
     return [f"Start states: {describe(json.loads(record))}." for record in used]
 
 
-def report_markdown(study, table, tests, replicability, device, scale_note: str) -> str:
+def divergence_lines(parting: dict[str, dict], device: dict) -> list[str]:
+    """The paper's central finding at any scale: where each group's runs part."""
+    def cell(found) -> str:
+        if found is None:
+            return "never"
+        if isinstance(found, dict):
+            window = (f" (updates {found['updates'][0]:,}–{found['updates'][1]:,})"
+                      if found.get("updates") else "")
+            return f"step {found['step']:,}{window}"
+        return f"step {found:,}"
+
+    lines = ["## Where each source of nondeterminism enters", "",
+             "For each group, the first agent step at which its runs stop being identical to "
+             "its run 0: weights (per checkpoint), loss chain (per process.jsonl record, "
+             "with the updates it covers) and evaluation results (per checkpoint).", "",
+             "| group | runs | weights | loss chain | evaluation |", "|---|---|---|---|---|"]
+    for group in GROUP_NAMES:
+        if group in parting:
+            d = parting[group]
+            lines.append(f"| {group} | {d['runs']} | {cell(d['weights'])} | "
+                         f"{cell(d['losses'])} | {cell(d['evaluation'])} |")
+    if "gpu" in parting and not device["on_gpu"]:
+        lines += ["", "The gpu group cannot part on a CPU: it only allows nondeterministic "
+                  "GPU kernels, and CPU kernels are deterministic at a fixed thread count "
+                  "and instruction-set floor."]
+    return [*lines, "", "![Where each group's runs part](figure_divergence.png)", ""]
+
+
+def report_markdown(study, table, tests, replicability, device, scale_note: str,
+                    parting: dict | None = None) -> str:
     runs = sum(1 for runs in study.values() for r in runs if r.steps)
     lines = ["# Report: deterministic DQN on Breakout", ""]
     if scale_note:
@@ -165,6 +204,7 @@ def report_markdown(study, table, tests, replicability, device, scale_note: str)
               "checkpoint score; final: its last. Population standard deviations.", "",
               table1_markdown(table), "",
               *start_states_lines(study), "",
+              *divergence_lines(parting or {}, device),
               "## Replicability (after Chen et al.)", ""]
     if replicability.get("replicable") is None:
         lines.append(f"Not assessed: {replicability.get('reason')}.")

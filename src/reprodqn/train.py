@@ -259,6 +259,7 @@ def _process_record(run: Run, rate: float) -> ProcessRecord:
         "step": run.step,
         "updates": run.updates,
         "loss": acc.loss_sum / acc.loss_count if acc.loss_count else None,
+        "loss_chain_sha256": run.loss_chain,  # where two runs' losses part, to log_every
         "epsilon": run.agent.epsilon.value,
         "episodes": acc.episodes,
         "game_scores": acc.game_scores,

@@ -66,6 +66,14 @@ def read_hashes(run: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def read_process(run: Path) -> list[dict]:
+    """process.jsonl: one record per log_every steps (loss, epsilon, scores, loss chain)."""
+    path = Path(run) / "process.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def read_eval(out_dir: Path) -> list[dict]:
     """eval.csv as rows of strings, one per checkpoint and episode."""
     with open(Path(out_dir) / "eval.csv", newline="") as handle:
