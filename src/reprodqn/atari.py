@@ -19,6 +19,9 @@ NOOP, FIRE = 0, 1
 SCREEN_SHAPE = (210, 160, 3)
 
 cv2.setNumThreads(1)  # 84x84 frames gain nothing from threads; keep OpenCV off other cores
+# 8-bit INTER_LINEAR is an integer formula built at the SSE2 baseline (same bytes at every
+# dispatch level, measured); only IPP's not-exact mode would replace it, so it stays off
+cv2.ipp.setUseIPP_NotExact(False)
 ALEInterface.setLoggerMode(LoggerMode.Error)
 
 
