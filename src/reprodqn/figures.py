@@ -89,7 +89,7 @@ def divergence_figure(divergence: dict[str, dict], total_steps: int, out_dir: Pa
     """Per group, when its runs part: in weights, loss chain and evaluation (a hollow
     marker at the end of training: never)."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7.5, 3.4))
+    fig, ax = plt.subplots(figsize=(8.5, 3.4))
     groups = [g for g in GROUP_NAMES if g in divergence]
     styles = {"weights": ("o", "C0"), "losses": ("s", "C1"), "evaluation": ("^", "C2")}
     for offset, (name, (marker, colour)) in zip((-0.2, 0.0, 0.2), styles.items(),
@@ -98,8 +98,8 @@ def divergence_figure(divergence: dict[str, dict], total_steps: int, out_dir: Pa
             found = divergence[group][name]
             step = found["step"] if isinstance(found, dict) else found
             ax.scatter([total_steps if step is None else step], [row + offset], marker=marker,
-                       color=colour, facecolors="none" if step is None else colour,
-                       label=name if row == 0 else None, zorder=3)
+                       color=colour, facecolors="none" if step is None else colour, zorder=3)
+        ax.scatter([], [], marker=marker, color=colour, label=name)  # a solid legend entry
     ax.set_yticks(range(len(groups)), groups)
     ax.invert_yaxis()
     ax.set_xlim(-0.03 * total_steps, 1.05 * total_steps)
@@ -107,7 +107,7 @@ def divergence_figure(divergence: dict[str, dict], total_steps: int, out_dir: Pa
     ax.set_xlabel("agent step at which a group's runs first differ (hollow, at the end: never)")
     ax.xaxis.set_major_formatter(_steps_formatter())
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_title("Where each source of nondeterminism enters")
     fig.tight_layout()
     return _save(fig, out_dir / "figure_divergence")
