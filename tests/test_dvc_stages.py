@@ -38,6 +38,9 @@ def imported_modules(node: ast.AST) -> set[str]:
     return found
 
 
+OTHER_COMMANDS = {"reprodqn.cli_forensics"}  # handlers no pipeline stage runs
+
+
 def module_closure(modules: set[str]) -> set[str]:
     """Modules reachable by any import, at module level or inside functions (cli.py is
     followed per handler instead: its handlers import lazily, stage by stage)."""
@@ -50,7 +53,11 @@ def module_closure(modules: set[str]) -> set[str]:
         if name == "reprodqn.cli":
             continue
         tree = ast.parse((PACKAGE / f"{name.split('.', 1)[1]}.py").read_text())
-        todo += imported_modules(tree)
+        if name in OTHER_COMMANDS:  # loading it runs its module-level imports, no handler
+            todo += [m for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)
+                     for m in imported_modules(node)]
+        else:
+            todo += imported_modules(tree)
     return seen
 
 

@@ -10,27 +10,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from reprodqn import workspace
+from reprodqn import cli_forensics, workspace
+from reprodqn.cli_common import load as _load
+from reprodqn.cli_common import stage as _stage
 from reprodqn.errors import InputError
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--params", default="params.yaml", type=Path,
-                        help="parameters file (default: params.yaml)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY.PATH=VALUE", help="override one parameter (repeatable)")
-
-
-def _load(args):
-    """Params, loaded once per command, with the CPU instruction-set floor applied before
-    anything imports torch (main() calls this before any handler runs)."""
-    from reprodqn import isa
-    from reprodqn.config import load_params
-
-    if getattr(args, "loaded_params", None) is None:
-        args.loaded_params = load_params(args.params, args.overrides)
-        isa.apply(args.loaded_params.compute.cpu_isa)
-    return args.loaded_params
 
 
 def cmd_params(args) -> int:
@@ -180,58 +163,7 @@ def cmd_bundle(args) -> int:
     return 0
 
 
-def cmd_resume_point(args) -> int:
-    from reprodqn import rerun
-    from reprodqn.config import resolve_run
-    from reprodqn.progress import Progress
-
-    group, run = rerun.parse_run(args.run)
-    config = resolve_run(_load(args), group, run)
-    run_dir = workspace.run_dir(args.runs_dir, group, run)
-    if not (run_dir / "complete.json").exists():
-        raise InputError(f"{run_dir}: not a finished run (no complete.json)")
-    if not 0 <= args.step <= config.train.steps:
-        raise InputError(f"--step {args.step}: expected 0..{config.train.steps}")
-    out = args.out_dir / group / str(run)
-    progress = Progress(f"resume-point {group}/{run}", args.step)
-    rerun.make_resume_point(config, run_dir, Path("build/resume-point") / group / str(run),
-                            out, args.step, progress=progress.update)
-    print(f"resume-point: {group}/{run} at step {args.step}, on the run's own chain -> {out}",
-          file=sys.stderr)
-    return 0
-
-
-def cmd_verify(args) -> int:
-    from reprodqn import verify
-
-    if args.rerun is not None:
-        from reprodqn import isa, rerun
-
-        if args.until is None:
-            raise InputError("verify --rerun: expected --until STEP")
-        group, run = rerun.parse_run(args.rerun)
-        verify.check_bundle(args.reference)
-        config = rerun.shipped_config(args.reference, group, run, args.params, args.overrides)
-        isa.apply(config.compute.cpu_isa)  # the shipped run's floor, before torch loads
-        result = verify.spot_check(args.reference, config, args.until,
-                                   args.scratch / group / str(run))
-        print(verify.spot_check_summary(result))
-        return 0 if result["identical"] else 1
-    params = _load(args)
-    result = verify.verify(args.root, args.reference, params.study.groups,
-                           params.study.runs_per_group)
-    print(verify.summary(result))
-    return 0 if result["identical"] else 1
-
-
 # ---------------------------------------------------------------------------------------------
-
-
-def _stage(sub, name: str, help_text: str, handler) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=help_text)
-    _common(p)
-    p.set_defaults(handler=handler)
-    return p
 
 
 def _run_arguments(p, what: str) -> None:
@@ -284,7 +216,7 @@ def _add_pipeline_stages(sub) -> None:
 
 
 def _add_tools(sub) -> None:
-    """Commands around the pipeline: params, imports, the bundle and its verification."""
+    """Commands around the pipeline: params, start-state imports, the bundle."""
     p = _stage(sub, "params", "explain the params, or write a full params file from params "
                "+ an overlay", cmd_params)
     p.add_argument("--overlay", type=Path, default=None, help="a partial params file")
@@ -303,29 +235,13 @@ def _add_tools(sub) -> None:
     p = _stage(sub, "bundle", "one archive of the study for a paper to link to", cmd_bundle)
     p.add_argument("--out", type=Path, default=Path("dist/reprodqn-bundle.tar.gz"))
     p.add_argument("--checkpoints", action="store_true", help="include every checkpoint")
-    p = _stage(sub, "verify", "compare this workspace's runs with another copy", cmd_verify)
-    p.add_argument("--reference", type=Path, required=True,
-                   help="another workspace or an unpacked bundle")
-    p.add_argument("--root", type=Path, default=Path("."))
-    p.add_argument("--rerun", default=None, metavar="GROUP/RUN",
-                   help="spot-check: retrain this one run here and compare its chains")
-    p.add_argument("--until", type=int, default=None, metavar="STEP",
-                   help="with --rerun: the step to retrain to")
-    p.add_argument("--scratch", type=Path, default=Path("build/rerun"),
-                   help="with --rerun: where the retrained run goes (default build/rerun)")
-    p = _stage(sub, "resume-point", "retrain a finished run to STEP and keep the resume "
-               "point there for the bundle (make bundle RESUME=STEP)", cmd_resume_point)
-    p.add_argument("run", metavar="GROUP/RUN")
-    p.add_argument("--step", type=int, required=True)
-    p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
-    p.add_argument("--out-dir", type=Path, default=workspace.RESUME_POINTS)
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reprodqn", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="STAGE")
     _add_pipeline_stages(sub)
     _add_tools(sub)
+    cli_forensics.add_commands(sub)
     return parser
 
 

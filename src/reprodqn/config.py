@@ -275,6 +275,14 @@ class RunConfig(_Frozen):
                                                      "train": {"resume_every"}})
         return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
+    def experiment_digest(self) -> str:
+        """The digest without `compute`: the same experiment computed with other threads
+        or another instruction set (what a trace compares across machines)."""
+        body = self.model_dump(mode="json", exclude={"group": True, "run": True,
+                                                     "train": {"resume_every"},
+                                                     "compute": True})
+        return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
 
 RUN_SECTIONS = ("env", "agent", "replay", "train", "seeds", "compute")
 

@@ -150,7 +150,8 @@ class Run:
         counters = {"step": self.step, "updates": self.updates, "loss_chain": self.loss_chain,
                     "episode_step": self.episode_step, "game_score": self.game_score,
                     "accumulators": self.acc.__dict__}
-        return {"config_digest": self.config.digest(), "run": counters,
+        return {"config_digest": self.config.digest(),
+                "experiment_digest": self.config.experiment_digest(), "run": counters,
                 "streams": self.streams.get_state(), "env": self.env.get_state(),
                 "history": self.history.get_state(), "replay": self.replay.get_state(),
                 "agent": self.agent.get_state()}
@@ -251,17 +252,23 @@ def train(config: RunConfig, run_dir: Path, restart: bool = False,
         if step % tcfg.checkpoint_every == 0 or step == tcfg.steps:
             yield _checkpoint(run)
         if step % tcfg.resume_every == 0 and step < tcfg.steps:
-            run.save_resume_point({name: (run_dir / name).stat().st_size for name in LOGS})
+            run.save_resume_point(_log_offsets(run_dir))
             yield ResumePointWritten(step)
     if run.step < tcfg.steps:  # stopped at `until`
         if run.step == 0 or run.step % tcfg.resume_every:
-            run.save_resume_point({name: (run_dir / name).stat().st_size for name in LOGS})
+            run.save_resume_point(_log_offsets(run_dir))
             yield ResumePointWritten(run.step)
         return
     write_json(run_dir / "complete.json",
                {"step": run.step, "updates": run.updates, "loss_chain_sha256": run.loss_chain})
     shutil.rmtree(run_dir / "resume", ignore_errors=True)
     yield Finished(step=run.step)
+
+
+def _log_offsets(run_dir: Path) -> dict[str, int]:
+    """Each log's length now (0 before its first line: a resume point can precede it)."""
+    return {name: (run_dir / name).stat().st_size if (run_dir / name).exists() else 0
+            for name in LOGS}
 
 
 def _process_record(run: Run, rate: float) -> ProcessRecord:
