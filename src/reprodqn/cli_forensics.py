@@ -1,6 +1,7 @@
 """The forensic commands: check a replication against a shipped study (`verify`, its
 spot-check `--rerun`, and the `resume-point`s a bundle ships), and find where and why it
-parts (`trace`, `trace-diff`). Thin layers over verify, rerun, trace and trace_diff."""
+parts (`trace`, `trace-diff`), and what determinism rests on (`audit`). Thin layers over
+verify, rerun, trace, trace_diff and audit."""
 
 from __future__ import annotations
 
@@ -50,6 +51,19 @@ def cmd_trace(args) -> int:
     return 0
 
 
+def cmd_audit(args) -> int:
+    from reprodqn import audit
+    from reprodqn.config import resolve_run
+
+    params = _load(args)
+    config = resolve_run(params, args.group, args.run)
+    result = audit.audit(config, params.evaluation.inference_chunk, args.out,
+                         Path("build/audit"))
+    print(audit.summary(result), file=sys.stderr)
+    print(f"audit: -> {args.out}", file=sys.stderr)
+    return 0
+
+
 def cmd_trace_diff(args) -> int:
     from reprodqn import trace_diff
 
@@ -82,7 +96,7 @@ def cmd_verify(args) -> int:
 
 
 def add_commands(sub) -> None:
-    """verify, resume-point, trace and trace-diff."""
+    """verify, resume-point, trace, trace-diff and audit."""
     p = _stage(sub, "verify", "compare this workspace's runs with another copy", cmd_verify)
     p.add_argument("--reference", type=Path, required=True,
                    help="another workspace or an unpacked bundle")
@@ -113,6 +127,11 @@ def add_commands(sub) -> None:
     p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
     p.add_argument("--out", type=Path, default=None,
                    help="default build/trace/GROUP-RUN-from-STEP.jsonl")
+    p = _stage(sub, "audit", "list every aten op the study runs and what it needs to be "
+               "deterministic on CUDA; check global RNGs, threads, ISA, cuBLAS, cuDNN", cmd_audit)
+    p.add_argument("--group", default="deterministic")
+    p.add_argument("--run", type=int, default=0)
+    p.add_argument("--out", type=Path, default=workspace.RESULTS / "audit.json")
     p = sub.add_parser("trace-diff", help="the first update and op where two traces differ")
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)

@@ -114,7 +114,7 @@ def _name_tensors(recorder: OpRecorder, agent) -> None:
                     recorder.tensor_names[value.data_ptr()] = f"{prefix}.{name}.{key}"
 
 
-class _Window:
+class Window:
     """Taps on one Run: actions, minibatch indices and phases, without changing a value."""
 
     def __init__(self, run, recorder: OpRecorder):
@@ -156,7 +156,7 @@ def record(run, updates: int, out: Path, header: dict, progress=None) -> dict:
     """Advance `run` through `updates` updates, writing one trace line per update."""
     tracker = NamedModuleTracker({"online": run.agent.online, "target": run.agent.target})
     recorder = OpRecorder(tracker)
-    window = _Window(run, recorder)
+    window = Window(run, recorder)
     done, ops, start = 0, 0, time.perf_counter()
     with atomic_open(out, "w") as handle, tracker, recorder:
         handle.write(json.dumps({**header, "format": FORMAT}, sort_keys=True) + "\n")
