@@ -133,3 +133,24 @@ def test_spot_check_from_the_command_line(shipped, tmp_path):
                "--until", "200", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("verify: identical: deterministic/0 retrained from scratch")
+
+
+def test_a_bundle_ships_the_resume_point_and_the_spot_check_starts_there(shipped, tmp_path):
+    from reprodqn import bundle
+
+    root, _ = shipped
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(root / "params.yaml", work / "params.yaml")
+    # trained by the command line, as a study is: at the params' instruction-set floor
+    out = _cli("train", "--group", "deterministic", "--run", "0", cwd=work)
+    assert out.returncode == 0, out.stderr
+    out = _cli("resume-point", "deterministic/0", "--step", "400", cwd=work)
+    assert out.returncode == 0, out.stderr
+    shipped_files = {str(p) for p in bundle.collect(work, checkpoints=False)}
+    assert "resume-points/deterministic/0/latest.json" in shipped_files
+    assert "resume-points/deterministic/0/logs/hashes.jsonl" in shipped_files
+    out = _cli("verify", "--reference", str(work), "--rerun", "deterministic/0", "--until",
+               "600", cwd=work)
+    assert out.returncode == 0, out.stderr
+    assert "from the shipped resume point at step 400" in out.stdout
