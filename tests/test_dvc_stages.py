@@ -15,6 +15,7 @@ PACKAGE = ROOT / "src" / "reprodqn"
 # stage -> the CLI handlers its command runs (study stages also run their jobs' commands)
 STAGE_HANDLERS = {
     "conditions": ["cmd_conditions"],
+    "audit": ["cmd_audit"],
     "candidates": ["cmd_candidates"],
     "ranker": ["cmd_ranker"],
     "select": ["cmd_select"],
@@ -62,9 +63,12 @@ def module_closure(modules: set[str]) -> set[str]:
 
 
 def handler_closure(names: list[str]) -> set[str]:
-    """The modules a CLI handler reaches, following calls to other cli.py functions."""
-    tree = ast.parse((PACKAGE / "cli.py").read_text())
-    functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    """The modules a CLI handler reaches, following calls to other functions of the
+    command modules (cli.py and the modules of other commands)."""
+    trees = {module: ast.parse((PACKAGE / f"{module.split('.', 1)[1]}.py").read_text())
+             for module in ("reprodqn.cli", *sorted(OTHER_COMMANDS))}
+    functions = {f.name: f for tree in trees.values() for f in tree.body
+                 if isinstance(f, ast.FunctionDef)}
     modules, todo, seen = {"reprodqn.cli"}, list(names), set()
     while todo:
         name = todo.pop()
@@ -75,7 +79,8 @@ def handler_closure(names: list[str]) -> set[str]:
         modules |= imported_modules(function)
         todo += [c.func.id for c in ast.walk(function) if isinstance(c, ast.Call)
                  and isinstance(c.func, ast.Name) and c.func.id in functions]
-    module_level = [n for n in tree.body if isinstance(n, ast.ImportFrom | ast.Import)]
+    module_level = [n for n in trees["reprodqn.cli"].body
+                    if isinstance(n, ast.ImportFrom | ast.Import)]
     for node in module_level:
         modules |= imported_modules(node)
     return module_closure(modules)
