@@ -76,8 +76,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/hadolint --no-color Dockerfile
 
-# The MLflow UI over this workspace's store, on this machine only.
+# The MLflow UI over this workspace's store, on this machine only. MLflow 3.17 opens an
+# experiment in the mode of its GenAI/Model training switch, whatever the experiment's kind:
+# the link below picks Model training.
 ui: $(STAMP)
+	@$(BIN)/python -c "from reprodqn.tracking import print_links; \
+	  print_links('sqlite:///$(CURDIR)/mlflow.db', 'http://127.0.0.1:$(UI_PORT)')"
 	MLFLOW_DISABLE_TELEMETRY=true mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \
 	  --host 127.0.0.1 --port $(UI_PORT) --workers 1
 

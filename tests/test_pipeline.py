@@ -152,9 +152,16 @@ def test_mlflow_holds_every_run_metric_and_artifact(workspace):
     by_name = {r.info.run_name: r for r in runs}
     expected = {f"{g}/{r}" for g in GROUPS for r in (0, 1)} | {"study"}
     assert set(by_name) == expected and len(runs) == len(expected)
+    experiment = client.get_experiment(runs[0].info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert "reprodqn verify --reference" in experiment.tags["mlflow.note.content"]
+    study_id = by_name["study"].info.run_id
+    assert by_name["study"].info.status == "FINISHED"
+    assert "mlflow.parentRunId" not in by_name["study"].data.tags
     for name in expected - {"study"}:
         run = by_name[name]
         assert run.info.status == "FINISHED"
+        assert run.data.tags["mlflow.parentRunId"] == study_id  # nested under the study
         assert {"loss", "epsilon", "steps_per_second", "eval_mean_score"} <= set(run.data.metrics)
         assert any(k.startswith("system/") for k in run.data.metrics)
         tags = run.data.tags
@@ -172,8 +179,8 @@ def test_mlflow_holds_every_run_metric_and_artifact(workspace):
         assert sorted(m.step for m in history) == [0, 200, 400, 600]
     report_files = {a.path for a in client.list_artifacts(by_name["study"].info.run_id,
                                                           "report")}
-    assert {"report/table1.md", "report/figure1.png", "report/replicability.json"} <= \
-        report_files
+    assert {"report/table1.md", "report/figure1.png", "report/replicability.json",
+            "report/report.html"} <= report_files
 
 
 def test_a_second_repro_reruns_nothing_and_logs_nothing_twice(workspace):

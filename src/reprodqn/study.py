@@ -51,12 +51,18 @@ def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluation
     if not jobs:
         return
     executor = make_executor()
-    if tracking.enabled():
-        tracking.experiment_id()  # the store's schema, created once, before any job
-        for job in jobs:  # every job reaches the same store, wherever it runs
+    parent = None
+    if tracking.enabled():  # the store's schema and the study run, once, before any job
+        parent = tracking.study_run(params, workspace.current_fingerprint())
+        for job in jobs:  # every job reaches the same store and nests under the study run
             job.env["MLFLOW_TRACKING_URI"] = tracking.tracking_uri()
             job.env["REPRODQN_MLFLOW_EXPERIMENT"] = tracking.experiment_name()
-    check(executor.run(jobs, label), label)
+            job.env[tracking.PARENT_ENV] = parent
+    try:
+        check(executor.run(jobs, label), label)
+    finally:
+        if parent is not None:
+            tracking.finish_study_run(parent)
 
 
 def make_executor(name: str, workers: int | None, threads: int, launcher_config: Path | None,
