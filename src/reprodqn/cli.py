@@ -71,7 +71,8 @@ def cmd_train(args) -> int:
     events = train(config, run_dir, restart=args.restart)
     if args.track:
         events = tracking.track_training(events, config, run_dir)
-    report_training(events, f"train {args.group}/{args.run}")
+    report_training(events, f"train {args.group}/{args.run}",
+                    record=run_dir / workspace.PROGRESS_RECORD)
     return 0
 
 
