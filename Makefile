@@ -41,7 +41,7 @@ select: $(STAMP)
 # workspace so the real one is untouched; MLflow runs go to this workspace's store.
 smoke: $(STAMP)
 	rm -rf $(SMOKE) && mkdir -p $(SMOKE)
-	cp dvc.yaml .dvcignore $(SMOKE)/ && cp -r .dvc $(SMOKE)/.dvc && rm -rf $(SMOKE)/.dvc/tmp
+	cp dvc.yaml .dvcignore CITATION.cff $(SMOKE)/ && cp -r .dvc $(SMOKE)/.dvc && rm -rf $(SMOKE)/.dvc/tmp
 	mkdir -p $(SMOKE)/start_sequences && cp start_sequences/dvc.yaml start_sequences/authors* \
 	  $(SMOKE)/start_sequences/
 	cp -r src $(SMOKE)/src && find $(SMOKE)/src -name __pycache__ -prune -exec rm -rf {} +

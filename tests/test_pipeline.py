@@ -68,7 +68,7 @@ def fresh_clone(root: Path, study: dict) -> Path:
     """What a clone holds: the pipelines, the package, the shipped start states; params
     written from params.yaml with `study` as the overlay."""
     root.mkdir()
-    for name in ("dvc.yaml", ".dvcignore"):
+    for name in ("dvc.yaml", ".dvcignore", "CITATION.cff"):
         shutil.copy(ROOT / name, root / name)
     shutil.copytree(ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp"))
     shutil.copytree(ROOT / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
