@@ -223,6 +223,13 @@ def test_the_bundle_verifies_and_a_divergence_is_found(workspace, tmp_path):
         tar.extractall(tmp_path / "unpacked", filter="data")
     reference = tmp_path / "unpacked" / "reprodqn-bundle"
     assert (reference / "MANIFEST.sha256").exists() and (reference / "dvc.lock").exists()
+    from rocrate.rocrate import ROCrate
+
+    crate = ROCrate(reference)  # a real study's crate: every run's records, the report
+    listed = {e.id: e["additionalType"] for e in crate.get_entities() if "File" in e.type}
+    assert listed["runs/minibatch/1/hashes.jsonl"] == listed["reports/report.html"] == "output"
+    assert listed["start_sequences/selected.json"] == "input"
+    assert (reference / "CITATION.cff").exists() and (tmp_path / "CITATION.cff").exists()
     same = subprocess.run([*run, "verify", "--reference", str(reference)], cwd=root,
                           capture_output=True, text=True, env=env())
     assert same.returncode == 0 and "identical: 12 runs" in same.stdout
