@@ -43,7 +43,7 @@ select: $(STAMP)
 # workspace so the real one is untouched; MLflow runs go to this workspace's store.
 smoke: $(STAMP)
 	rm -rf $(SMOKE) && mkdir -p $(SMOKE)
-	cp dvc.yaml .dvcignore $(SMOKE)/ && cp -r .dvc $(SMOKE)/.dvc && rm -rf $(SMOKE)/.dvc/tmp
+	cp dvc.yaml .dvcignore CITATION.cff $(SMOKE)/ && cp -r .dvc $(SMOKE)/.dvc && rm -rf $(SMOKE)/.dvc/tmp
 	mkdir -p $(SMOKE)/start_sequences && cp start_sequences/dvc.yaml start_sequences/authors* \
 	  $(SMOKE)/start_sequences/
 	cp -r src $(SMOKE)/src && find $(SMOKE)/src -name __pycache__ -prune -exec rm -rf {} +
@@ -78,8 +78,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/hadolint --no-color Dockerfile
 
-# The MLflow UI over this workspace's store, on this machine only.
+# The MLflow UI over this workspace's store, on this machine only. MLflow 3.17 opens an
+# experiment in the mode of its GenAI/Model training switch, whatever the experiment's kind:
+# the link below picks Model training.
 ui: $(STAMP)
+	@$(BIN)/python -c "from reprodqn.tracking import print_links; \
+	  print_links('sqlite:///$(CURDIR)/mlflow.db', 'http://127.0.0.1:$(UI_PORT)')"
 	MLFLOW_DISABLE_TELEMETRY=true mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \
 	  --host 127.0.0.1 --port $(UI_PORT) --workers 1
 

@@ -68,7 +68,7 @@ def fresh_clone(root: Path, study: dict) -> Path:
     """What a clone holds: the pipelines, the package, the shipped start states; params
     written from params.yaml with `study` as the overlay."""
     root.mkdir()
-    for name in ("dvc.yaml", ".dvcignore"):
+    for name in ("dvc.yaml", ".dvcignore", "CITATION.cff"):
         shutil.copy(ROOT / name, root / name)
     shutil.copytree(ROOT / ".dvc", root / ".dvc", ignore=shutil.ignore_patterns("tmp"))
     shutil.copytree(ROOT / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
@@ -152,9 +152,16 @@ def test_mlflow_holds_every_run_metric_and_artifact(workspace):
     by_name = {r.info.run_name: r for r in runs}
     expected = {f"{g}/{r}" for g in GROUPS for r in (0, 1)} | {"study"}
     assert set(by_name) == expected and len(runs) == len(expected)
+    experiment = client.get_experiment(runs[0].info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert "reprodqn verify --reference" in experiment.tags["mlflow.note.content"]
+    study_id = by_name["study"].info.run_id
+    assert by_name["study"].info.status == "FINISHED"
+    assert "mlflow.parentRunId" not in by_name["study"].data.tags
     for name in expected - {"study"}:
         run = by_name[name]
         assert run.info.status == "FINISHED"
+        assert run.data.tags["mlflow.parentRunId"] == study_id  # nested under the study
         assert {"loss", "epsilon", "steps_per_second", "eval_mean_score"} <= set(run.data.metrics)
         assert any(k.startswith("system/") for k in run.data.metrics)
         tags = run.data.tags
@@ -172,8 +179,8 @@ def test_mlflow_holds_every_run_metric_and_artifact(workspace):
         assert sorted(m.step for m in history) == [0, 200, 400, 600]
     report_files = {a.path for a in client.list_artifacts(by_name["study"].info.run_id,
                                                           "report")}
-    assert {"report/table1.md", "report/figure1.png", "report/replicability.json"} <= \
-        report_files
+    assert {"report/table1.md", "report/figure1.png", "report/replicability.json",
+            "report/report.html"} <= report_files
 
 
 def test_a_second_repro_reruns_nothing_and_logs_nothing_twice(workspace):
@@ -216,6 +223,13 @@ def test_the_bundle_verifies_and_a_divergence_is_found(workspace, tmp_path):
         tar.extractall(tmp_path / "unpacked", filter="data")
     reference = tmp_path / "unpacked" / "reprodqn-bundle"
     assert (reference / "MANIFEST.sha256").exists() and (reference / "dvc.lock").exists()
+    from rocrate.rocrate import ROCrate
+
+    crate = ROCrate(reference)  # a real study's crate: every run's records, the report
+    listed = {e.id: e["additionalType"] for e in crate.get_entities() if "File" in e.type}
+    assert listed["runs/minibatch/1/hashes.jsonl"] == listed["reports/report.html"] == "output"
+    assert listed["start_sequences/selected.json"] == "input"
+    assert (reference / "CITATION.cff").exists() and (tmp_path / "CITATION.cff").exists()
     same = subprocess.run([*run, "verify", "--reference", str(reference)], cwd=root,
                           capture_output=True, text=True, env=env())
     assert same.returncode == 0 and "identical: 12 runs" in same.stdout

@@ -97,7 +97,7 @@ def test_write_report_produces_every_output(tmp_path):
     for name in ("table1.csv", "table1.md", "report.md", "metrics.json", "variance_tests.json",
                  "replicability.json", "learning_curves.csv", "learning_curves_runs.csv",
                  "figure1.png", "figure1.pdf", "figure2_start_state.png",
-                 "figure4_start_states.pdf"):
+                 "figure4_start_states.pdf", "report.html"):
         assert (tmp_path / name).stat().st_size > 0, name
     assert summary["metrics"]["replicable"] is True
     text = (tmp_path / "report.md").read_text()
@@ -106,6 +106,46 @@ def test_write_report_produces_every_output(tmp_path):
     curves = (tmp_path / "learning_curves.csv").read_text().splitlines()
     assert curves[0] == "step,deterministic,gpu,environment,exploration,initialization,minibatch"
     assert curves[2].startswith("100,5.0,5.0,4.0,7.0,5.0,")
+
+
+def test_report_shows_its_figures_inline_and_as_one_self_contained_page(tmp_path):
+    import base64
+    import re
+
+    studied = study()
+    for runs in studied.values():
+        for r in runs:
+            r.conditions = {"fingerprint": "ab" * 32, "device_name": "cpu",
+                            "cpu": {"model": "Test CPU"}, "packages": {"torch": "2.13.0"},
+                            "numerics": {"cpu_isa": "avx2", "torch_threads": 1}}
+    report.write_report(studied, tmp_path)
+    markdown = (tmp_path / "report.md").read_text()
+    linked = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
+    assert set(linked) == {"figure1.png", "figure2_start_state.png", "figure4_start_states.png",
+                           "figure_divergence.png"}
+    assert all((tmp_path / name).exists() for name in linked)  # relative links that resolve
+    assert "| `abababababab` | cpu | Test CPU | avx2, 1 |" in markdown  # the conditions
+    page = (tmp_path / "report.html").read_text()
+    sources = re.findall(r'<img src="([^"]+)"', page)
+    assert len(sources) == len(linked)
+    for source, name in zip(sources, linked, strict=True):  # embedded, byte for byte
+        assert source == "data:image/png;base64," + base64.b64encode(
+            (tmp_path / name).read_bytes()).decode()
+    assert not re.search(r'(src|href)="(?!data:|#)', page)  # nothing fetched from elsewhere
+    assert "<td>Average score (best)</td><td>5.00 (146.70)</td>" in page.replace("\n", "")
+    for heading in ("Table 1", "Where each source of nondeterminism enters",
+                    "Replicability (after Chen et al.)", "Equality of variances between groups",
+                    "Conditions"):
+        assert f">{heading}</h2>" in page, heading
+    assert "Verdict: <strong>replicable</strong>" in page and "Test CPU" in page
+
+
+def test_a_missing_figure_is_one_line_naming_it(tmp_path):
+    from reprodqn import report_html
+    from reprodqn.errors import InputError
+
+    with pytest.raises(InputError, match=r"figure1\.png: figure linked from the report"):
+        report_html.render("# R\n\n![F](figure1.png)\n", tmp_path)
 
 
 def make_workspace(root, scores_by_run):

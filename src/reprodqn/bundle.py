@@ -3,27 +3,31 @@ the study and to check a replication against it (`reprodqn verify --reference`).
 
 Code, params, the pipeline and its lock, start sequences, conditions and SBOM, every
 run's hash chains and records, evaluation results and the report, with a manifest of
-SHA-256s; weights only on request. The archive itself is reproducible: sorted entries,
-fixed times and owners, so the same files always give the same bytes.
+SHA-256s; weights only on request. CITATION.cff and an RO-Crate (artifact.py) say what to
+cite and what each file is, for an archive and for a reader. The archive itself is
+reproducible: sorted entries, fixed times and owners, so the same files always give the
+same bytes.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import subprocess
 import tarfile
 from pathlib import Path
 
-from reprodqn import workspace
+from reprodqn import artifact, provenance, workspace
 from reprodqn.errors import InputError
 from reprodqn.files import atomic_open, sha256_file
 
-PROJECT_FILES = ("README.md", "Makefile", "Dockerfile", ".dockerignore", "pyproject.toml",
-                 "requirements.lock", "params.yaml", "params-smoke.yaml", "dvc.yaml",
-                 "dvc.lock", ".dvcignore", ".dvc/config", ".gitignore")
+PROJECT_FILES = ("README.md", "CITATION.cff", "Makefile", "Dockerfile", ".dockerignore",
+                 "pyproject.toml", "requirements.lock", "params.yaml", "params-smoke.yaml",
+                 "dvc.yaml", "dvc.lock", ".dvcignore", ".dvc/config", ".gitignore")
 PROJECT_DIRS = ("src", "tests", "bench", ".ci")
 ROOT = "reprodqn-bundle"
+METADATA = ("CITATION.cff", "ro-crate-metadata.json")  # written by the bundle, for archives
 
 
 def _tracked(root: Path) -> list[Path]:
@@ -63,20 +67,48 @@ def collect(root: Path, checkpoints: bool) -> list[Path]:
 
 
 def write(root: Path, out: Path, checkpoints: bool) -> dict:
+    """The archive, and beside it the CITATION.cff and ro-crate-metadata.json it holds
+    (what an archive such as Zenodo reads from an upload)."""
     root, out = Path(root), Path(out)
     files = collect(root, checkpoints)
-    manifest = "".join(f"{sha256_file(root / f)}  {f.as_posix()}\n" for f in files)
+    contents = {f.as_posix(): None for f in files}  # None: read from the workspace
+    contents.update(metadata(root, files))
+    hashes = {name: sha256_file(root / name) if data is None else sha256_bytes(data)
+              for name, data in contents.items()}
+    manifest = "".join(f"{hashes[name]}  {name}\n" for name in sorted(contents))
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for f in files:
-            data = (root / f).read_bytes()
-            tar.addfile(_info(f"{ROOT}/{f.as_posix()}", len(data)), io.BytesIO(data))
+        for name in sorted(contents):
+            data = (root / name).read_bytes() if contents[name] is None else contents[name]
+            tar.addfile(_info(f"{ROOT}/{name}", len(data)), io.BytesIO(data))
         data = manifest.encode()
         tar.addfile(_info(f"{ROOT}/MANIFEST.sha256", len(data)), io.BytesIO(data))
     with atomic_open(out, "wb") as handle, \
             gzip.GzipFile(fileobj=handle, mode="wb", mtime=0, filename="") as gz:
         gz.write(buffer.getvalue())
-    return {"files": len(files), "bytes": out.stat().st_size, "sha256": sha256_file(out)}
+    for name in METADATA:
+        with atomic_open(out.parent / name, "wb") as handle:
+            handle.write(contents[name])
+    return {"files": len(contents), "bytes": out.stat().st_size, "sha256": sha256_file(out)}
+
+
+def metadata(root: Path, files: list[Path]) -> dict[str, bytes]:
+    """CITATION.cff and ro-crate-metadata.json for these files (the crate lists
+    CITATION.cff too; the manifest covers both)."""
+    commit = provenance.git_info(root).get("commit")
+    date = artifact.release_date(root)
+    cff = artifact.citation(root, commit, date).encode()
+    hashes = {f.as_posix(): sha256_file(root / f) for f in files}
+    sizes = {f.as_posix(): (root / f).stat().st_size for f in files}
+    hashes["CITATION.cff"], sizes["CITATION.cff"] = sha256_bytes(cff), len(cff)
+    import yaml
+
+    crate = artifact.crate(hashes, sizes, yaml.safe_load(cff), artifact.rom_sha256())
+    return {"CITATION.cff": cff, "ro-crate-metadata.json": crate.encode()}
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _info(name: str, size: int) -> tarfile.TarInfo:

@@ -54,7 +54,8 @@ def cmd_train(args) -> int:
     events = train(config, run_dir, restart=args.restart)
     if args.track:
         events = tracking.track_training(events, config, run_dir)
-    report_training(events, f"train {args.group}/{args.run}")
+    report_training(events, f"train {args.group}/{args.run}",
+                    record=run_dir / workspace.PROGRESS_RECORD)
     return 0
 
 
@@ -148,7 +149,7 @@ def cmd_report(args) -> int:
     summary = report.write_report(study, args.out_dir, scale_note=report.scale_note(params))
     if tracking.enabled() and not args.no_track:
         files = sorted(p for p in args.out_dir.iterdir() if p.is_file())
-        tracking.log_study(args.out_dir, summary["metrics"], files)
+        tracking.log_study(params, workspace.current_fingerprint(), summary["metrics"], files)
     print(f"report: Table 1, figures, variance tests -> {args.out_dir}; deterministic group "
           f"replicable: {summary['metrics']['replicable']}", file=sys.stderr)
     return 0

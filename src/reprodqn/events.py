@@ -12,6 +12,14 @@ class Started:
     step: int
     total: int
     resumed: bool
+    learning_starts: int = 0  # updates begin after this step: progress rates per phase
+
+
+@dataclass(frozen=True)
+class Stepped:
+    """Every few agent steps, so progress can report by time between process records."""
+
+    step: int
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,7 +107,8 @@ class LocalExecutor:
             argv = ["taskset", "-c", ",".join(map(str, cores)), *argv]
         return argv
 
-    def run(self, jobs: Sequence[Job], label: str) -> list[JobResult]:
+    def run(self, jobs: Sequence[Job], label: str,
+            monitor: Callable[[], None] | None = None) -> list[JobResult]:
         pending = list(jobs)
         running: dict[int, tuple[subprocess.Popen, Job, float, Path | None]] = {}
         results: list[JobResult] = []
@@ -134,6 +135,8 @@ class LocalExecutor:
                         stdout.close()
                     running[slot] = (process, job, time.monotonic(), log)
             time.sleep(0.2)
+            if monitor is not None:  # progress lines of the running jobs, by time
+                monitor()
             for slot, (process, job, began, log) in list(running.items()):
                 if process.poll() is None:
                     continue

@@ -1,5 +1,6 @@
 """The report stage: a study's runs loaded from a workspace, and Table 1, the figures, the
-variance tests and the replicability verdict written to reports/ (markdown, CSV, JSON)."""
+variance tests and the replicability verdict written to reports/ (markdown with its figures
+inline, one self-contained HTML page, CSV, JSON)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reprodqn import workspace
+from reprodqn import report_html, workspace
 from reprodqn.analysis import (
     ALPHA,
     METRICS,
@@ -146,8 +147,9 @@ def write_report(study, out_dir: Path, scale_note: str = "") -> dict:
                                   for g, d in parting.items()},
     }
     write_json(out_dir / "metrics.json", metrics)
-    write_text(out_dir / "report.md", report_markdown(study, table, tests, replicability,
-                                                      device, scale_note, parting))
+    markdown = report_markdown(study, table, tests, replicability, device, scale_note, parting)
+    write_text(out_dir / "report.md", markdown)
+    write_text(out_dir / "report.html", report_html.render(markdown, out_dir))
     return {"metrics": metrics, "figures": [str(p) for p in figures]}
 
 
@@ -204,6 +206,7 @@ def report_markdown(study, table, tests, replicability, device, scale_note: str,
               "checkpoint score; final: its last. Population standard deviations.", "",
               table1_markdown(table), "",
               *start_states_lines(study), "",
+              "![Figure 1: mean evaluation score per group](figure1.png)", "",
               *divergence_lines(parting or {}, device),
               "## Replicability (after Chen et al.)", ""]
     if replicability.get("replicable") is None:
@@ -233,8 +236,38 @@ def report_markdown(study, table, tests, replicability, device, scale_note: str,
         lines.append(f"| {t['scores']} | {t['groups'][0]} vs {t['groups'][1]} | "
                      f"{_cell(t['f_statistic'])} | {_cell(t['f_p'])}{star} | "
                      f"{_cell(t['bf_statistic'])} | {_cell(t['bf_p'])} | {t['note']} |")
-    lines += ["", "Figures: figure1.png/pdf, figure2_start_state.png/pdf, "
-              "figure4_start_states.png/pdf.", ""]
+    lines += ["", *conditions_lines(study),
+              "## Figures", "",
+              "![Figure 2: the deterministic agent on start state 0](figure2_start_state.png)",
+              "", "![Figure 4: the deterministic agent on every start state]"
+              "(figure4_start_states.png)", "",
+              "Each figure is also a PDF beside its PNG.", ""]
     return "\n".join(lines)
+
+
+def conditions_lines(study) -> list[str]:
+    """What the runs ran under, from their conditions records (one line per distinct
+    fingerprint: a study that mixed conditions shows it)."""
+    records = {}
+    for runs in study.values():
+        for r in runs:
+            if r.conditions and r.conditions.get("fingerprint"):
+                records.setdefault(r.conditions["fingerprint"], r.conditions)
+    lines = ["## Conditions", ""]
+    if not records:
+        return [*lines, "No conditions recorded.", ""]
+    lines += ["| fingerprint | device | CPU | floor, threads | Python | torch | ale-py | numpy "
+              "| commit |", "|---|---|---|---|---|---|---|---|---|"]
+    for digest, c in sorted(records.items()):
+        packages = c.get("packages", {})
+        numerics = c.get("numerics", {})
+        commit = (c.get("bundle") or {}).get("commit") or "-"
+        lines.append(f"| `{digest[:12]}` | {c.get('device_name', '?')} | "
+                     f"{c.get('cpu', {}).get('model', '?')} | {numerics.get('cpu_isa', '?')}, "
+                     f"{numerics.get('torch_threads', '?')} | "
+                     f"{c.get('python', {}).get('version', '?')} | {packages.get('torch')} | "
+                     f"{packages.get('ale-py')} | {packages.get('numpy')} | `{commit[:12]}` |")
+    return [*lines, "", "The full records: each run's `conditions.json`, "
+            "`results/conditions.json` and the SBOM `results/sbom.cdx.json`.", ""]
 
 

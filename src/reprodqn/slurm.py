@@ -123,7 +123,8 @@ class SlurmExecutor:
                     f"{speed:.0f} steps/s = {minutes:.0f} min): a requeued job would never "
                     "get past its last resume point")
 
-    def run(self, jobs: Sequence[Job], label: str) -> list[JobResult]:
+    def run(self, jobs: Sequence[Job], label: str,
+            monitor: Callable[[], None] | None = None) -> list[JobResult]:
         import logging
 
         # without Slurm accounting (sacct), submitit warns on every status poll and falls
@@ -154,6 +155,8 @@ class SlurmExecutor:
         results: list[JobResult] = []
         while pending:
             time.sleep(5)
+            if monitor is not None:
+                monitor()
             for handle, job in list(pending.items()):
                 if not handle.done():
                     continue

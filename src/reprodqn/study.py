@@ -12,6 +12,7 @@ from pathlib import Path
 from reprodqn import slurm, tracking, workspace
 from reprodqn.errors import InputError
 from reprodqn.launch import Job, LocalExecutor, check, default_workers, job_environment
+from reprodqn.progress import StudyProgress
 
 
 def study_jobs(params, stage: str, params_argv: list[str], runs: Path,
@@ -51,12 +52,26 @@ def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluation
     if not jobs:
         return
     executor = make_executor()
-    if tracking.enabled():
-        tracking.experiment_id()  # the store's schema, created once, before any job
-        for job in jobs:  # every job reaches the same store, wherever it runs
+    parent = None
+    if tracking.enabled():  # the store's schema and the study run, once, before any job
+        parent = tracking.study_run(params, workspace.current_fingerprint())
+        for job in jobs:  # every job reaches the same store and nests under the study run
             job.env["MLFLOW_TRACKING_URI"] = tracking.tracking_uri()
             job.env["REPRODQN_MLFLOW_EXPERIMENT"] = tracking.experiment_name()
-    check(executor.run(jobs, label), label)
+            job.env[tracking.PARENT_ENV] = parent
+    monitor = None
+    if stage == "train":  # per run and overall, from each run's progress.json
+        records = {job.name: workspace.run_dir(runs, *job.name.split("/")) /
+                   workspace.PROGRESS_RECORD for job in jobs}
+        for path in records.values():  # a line left by an earlier attempt is stale
+            path.unlink(missing_ok=True)
+        workers = getattr(executor, "workers", None) or len(jobs)
+        monitor = StudyProgress(label, records, workers).poll
+    try:
+        check(executor.run(jobs, label, monitor), label)
+    finally:
+        if parent is not None:
+            tracking.finish_study_run(parent)
 
 
 def make_executor(name: str, workers: int | None, threads: int, launcher_config: Path | None,

@@ -7,6 +7,10 @@ MLFLOW_TRACKING_URI overrides it for a shared server. Creating the SQLite schema
 safe under concurrent first use (measured: it can leave the file unusable), so it happens
 under a file lock. MLflow runs are found again by tags, so a stage that runs twice adds
 nothing twice.
+
+The experiment is marked as model training (so the UI opens on its runs, not its GenAI
+pages) and describes itself; the study run is the parent of its group x run runs, so the
+runs table folds by study and groups by the `reprodqn.group` tag.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from reprodqn import workspace
+from reprodqn.config import RUN_SECTIONS, canonical_json
 from reprodqn.events import Finished, ProcessRecord, Started
 from reprodqn.files import read_json
 
@@ -29,6 +34,8 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no phoning home fro
 
 TAG = "reprodqn."
 SYSTEM_METRICS_INTERVAL = 5.0  # seconds
+PARENT_ENV = "REPRODQN_MLFLOW_PARENT_RUN"  # the study run a job's run nests under
+KIND = "custom_model_development"  # what the UI's own experiment-type selector writes
 
 
 def enabled() -> bool:
@@ -83,30 +90,71 @@ def _mlflow():
 
 def experiment_id(root: Path | None = None) -> str:
     """Connect to the store (creating its schema under a lock) and get-or-create the
-    study's experiment, with artifacts beside the SQLite file."""
+    study's experiment, with artifacts beside the SQLite file, its kind and description."""
     mlflow = _mlflow()
-    from mlflow.exceptions import MlflowException
-
     root = root or workspace_root()
     uri = tracking_uri(root)
     mlflow.set_tracking_uri(uri)
     client = mlflow.MlflowClient()
-    name = experiment_name(root)
     database = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
     lock = database.with_name(database.name + ".lock") if database else None
     with _file_lock(lock) if lock else contextlib.nullcontext():
-        for _ in range(10):
-            found = client.get_experiment_by_name(name)
-            if found is not None:
-                return found.experiment_id
-            try:  # artifacts beside the database, wherever the study workspace is
-                location = (database.parent / "mlartifacts").as_uri() if database else None
-                return client.create_experiment(name, artifact_location=location)
-            except MlflowException as exc:  # another process created it first
-                if getattr(exc, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
-                    raise
-                time.sleep(0.2)
+        experiment = _get_or_create(client, experiment_name(root), database)
+        wanted = {"mlflow.experimentKind": KIND, "mlflow.note.content": description(root)}
+        for key, value in wanted.items():
+            if experiment.tags.get(key) != value:
+                client.set_experiment_tag(experiment.experiment_id, key, value)
+    return experiment.experiment_id
+
+
+def _get_or_create(client, name: str, database: Path | None):
+    from mlflow.exceptions import MlflowException
+
+    for _ in range(10):
+        found = client.get_experiment_by_name(name)
+        if found is not None:
+            return found
+        try:  # artifacts beside the database, wherever the study workspace is
+            location = (database.parent / "mlartifacts").as_uri() if database else None
+            return client.get_experiment(client.create_experiment(
+                name, artifact_location=location))
+        except MlflowException as exc:  # another process created it first
+            if getattr(exc, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
+                raise
+            time.sleep(0.2)
     raise RuntimeError(f"could not create MLflow experiment {name!r}")
+
+
+def description(root: Path) -> str:
+    """The experiment's description (markdown in the UI): what, where the report is, how
+    to verify."""
+    return (
+        "**reprodqn**: a deterministic DQN on Atari Breakout and the six-group sensitivity "
+        "study of Nagarajan, Warnell & Stone (2019), *Deterministic Implementations for "
+        "Reproducibility in Deep Reinforcement Learning*.\n\n"
+        "Each `study` run is the parent of its group x run runs (expand it in the table; "
+        f"`Group by` the tag `{TAG}group` to compare groups); `eval_mean_score` is the mean "
+        "evaluation score per checkpoint, `loss` and `epsilon` the process metrics.\n\n"
+        "The report is in the study run's artifacts under `report/` (`report.html` opens in "
+        f"a browser; Table 1 beside the paper's numbers, Figure 1, the variance tests, the "
+        f"replicability verdict) and in the workspace at `{root / workspace.REPORTS}`.\n\n"
+        "To verify: every run's `hashes.jsonl` is its hash chain (weights at every "
+        "checkpoint, every loss); `reprodqn verify --reference OTHER` compares this "
+        "workspace with another copy or an unpacked bundle, run by run, bit for bit.")
+
+
+def ui_link(base: str, experiment: str) -> str:
+    """The experiment's runs in the UI's model-training mode (MLflow 3.17 opens an
+    experiment in the mode of its GenAI/Model training switch, whatever its kind)."""
+    return f"{base}/#/experiments/{experiment}/runs?workflowType=machine_learning"
+
+
+def print_links(uri: str, base: str) -> None:
+    """One line per reprodqn experiment in the store: its name and its runs page."""
+    client = _mlflow().MlflowClient(tracking_uri=uri)
+    for experiment in client.search_experiments():
+        if experiment.tags.get("mlflow.experimentKind") == KIND:
+            print(f"{experiment.name}: {ui_link(base, experiment.experiment_id)}")
 
 
 def _find_run(client, experiment: str, tags: dict[str, str]):
@@ -137,13 +185,18 @@ class RunTracker:
         identity = {f"{TAG}kind": "run", f"{TAG}group": config.group,
                     f"{TAG}run": str(config.run), f"{TAG}config_digest": config.digest(),
                     f"{TAG}fingerprint": fingerprint}
+        parent = {"mlflow.parentRunId": os.environ[PARENT_ENV]} if os.environ.get(
+            PARENT_ENV) else {}
         existing = _find_run(self.client, self.experiment, identity)
         if existing is not None:
             self.run_id = existing.info.run_id
             self.client.update_run(self.run_id, status="RUNNING")
+            for key, value in parent.items():  # a later study stage re-nests it
+                if existing.data.tags.get(key) != value:
+                    self.client.set_tag(self.run_id, key, value)
             return
         seeds = config.seeds.model_dump()
-        tags = {**identity, "mlflow.runName": f"{config.group}/{config.run}",
+        tags = {**identity, **parent, "mlflow.runName": f"{config.group}/{config.run}",
                 f"{TAG}seeds": json.dumps(seeds, sort_keys=True),
                 f"{TAG}device": (conditions or {}).get("device_name", "unknown"),
                 f"{TAG}git_commit": str(((conditions or {}).get("bundle") or {}).get("commit"))}
@@ -273,22 +326,51 @@ def track_evaluation(config, run_dir: Path, out_dir: Path, digest: str) -> None:
 # The study run
 
 
-def log_study(report_dir: Path, metrics: dict, files: list[Path]) -> str:
-    """The study's MLflow run: Table 1, the figures, the verdict. Found again by a digest of
-    the report's content, so an unchanged report is logged once."""
-    mlflow = _mlflow()
-    client = mlflow.MlflowClient()
+def study_identity(params, fingerprint: str | None) -> dict[str, str]:
+    """The tags that find a study's run again: its training params and conditions (the
+    evaluation and report knobs change its report, not which runs it holds)."""
+    body = params.model_dump(mode="json", include={*RUN_SECTIONS, "study"})
+    body["train"].pop("resume_every", None)
+    digest = hashlib.sha256(canonical_json([body, fingerprint]).encode()).hexdigest()
+    return {f"{TAG}kind": "study", f"{TAG}study_digest": digest}
+
+
+def study_run(params, fingerprint: str | None) -> str:
+    """Get or create the study run (RUNNING while a stage works), the parent of its group x
+    run runs."""
+    client = _mlflow().MlflowClient()
     experiment = experiment_id()
+    identity = study_identity(params, fingerprint)
+    existing = _find_run(client, experiment, identity)
+    if existing is not None:
+        client.update_run(existing.info.run_id, status="RUNNING")
+        return existing.info.run_id
+    tags = {**identity, "mlflow.runName": "study",
+            f"{TAG}groups": ",".join(params.study.groups),
+            f"{TAG}runs_per_group": str(params.study.runs_per_group),
+            "mlflow.note.content": f"The study: {len(params.study.groups)} groups x "
+                                   f"{params.study.runs_per_group} runs; the report is "
+                                   "under this run's artifacts, report/report.html."}
+    return client.create_run(experiment, tags=tags).info.run_id
+
+
+def finish_study_run(run_id: str) -> None:
+    _mlflow().MlflowClient().set_terminated(run_id)
+
+
+def log_study(params, fingerprint: str | None, metrics: dict, files: list[Path]) -> str:
+    """Table 1, the figures, the verdict and report.html into the study run. A digest of the
+    report's content is its tag, so an unchanged report is logged once."""
+    client = _mlflow().MlflowClient()
+    run_id = study_run(params, fingerprint)
     digest = hashlib.sha256()
     for path in sorted(files):
         digest.update(Path(path).name.encode())
         digest.update(Path(path).read_bytes() if Path(path).suffix in (".csv", ".md", ".json")
                       else b"")
-    identity = {f"{TAG}kind": "study", f"{TAG}report_digest": digest.hexdigest()}
-    existing = _find_run(client, experiment, identity)
-    if existing is not None:
-        return existing.info.run_id
-    run = client.create_run(experiment, tags={**identity, "mlflow.runName": "study"})
+    if client.get_run(run_id).data.tags.get(f"{TAG}report_digest") == digest.hexdigest():
+        finish_study_run(run_id)
+        return run_id
     rows = []
     for group, values in (metrics.get("table1") or {}).items():
         for name, value in values.items():
@@ -297,9 +379,10 @@ def log_study(report_dir: Path, metrics: dict, files: list[Path]) -> str:
     from mlflow.entities import Metric, RunTag
 
     now = int(time.time() * 1000)
-    client.log_batch(run.info.run_id, metrics=[Metric(k, float(v), now, 0) for k, v in rows],
-                     tags=[RunTag(f"{TAG}replicable", str(metrics.get("replicable")))])
+    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in rows],
+                     tags=[RunTag(f"{TAG}replicable", str(metrics.get("replicable"))),
+                           RunTag(f"{TAG}report_digest", digest.hexdigest())])
     for path in files:
-        client.log_artifact(run.info.run_id, str(path), artifact_path="report")
-    client.set_terminated(run.info.run_id)
-    return run.info.run_id
+        client.log_artifact(run_id, str(path), artifact_path="report")
+    finish_study_run(run_id)
+    return run_id

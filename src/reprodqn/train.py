@@ -39,6 +39,7 @@ from reprodqn.events import (
     ProcessRecord,
     ResumePointWritten,
     Started,
+    Stepped,
 )
 from reprodqn.files import append_line, truncate, write_json
 from reprodqn.replay import ReplayMemory
@@ -190,6 +191,7 @@ class Run:
 
 
 LOGS = ("hashes.jsonl", "process.jsonl")
+STEPPED_EVERY = 100  # agent steps between Stepped events: well under a second at any rate
 
 
 def prepare_run_dir(config: RunConfig, run_dir: Path, restart: bool,
@@ -231,7 +233,8 @@ def train(config: RunConfig, run_dir: Path, restart: bool = False,
         offsets = {name: 0 for name in LOGS}
     for name in LOGS:
         truncate(run_dir / name, offsets[name])
-    yield Started(step=run.step, total=config.train.steps, resumed=run.step > 0)
+    yield Started(step=run.step, total=config.train.steps, resumed=run.step > 0,
+                  learning_starts=config.replay.learning_starts)
 
     tcfg = config.train
     end = tcfg.steps if until is None else min(until, tcfg.steps)
@@ -251,6 +254,8 @@ def train(config: RunConfig, run_dir: Path, restart: bool = False,
             yield _process_record(run, rate)
         if step % tcfg.checkpoint_every == 0 or step == tcfg.steps:
             yield _checkpoint(run)
+        if step % STEPPED_EVERY == 0:
+            yield Stepped(step)
         if step % tcfg.resume_every == 0 and step < tcfg.steps:
             run.save_resume_point(_log_offsets(run_dir))
             yield ResumePointWritten(step)

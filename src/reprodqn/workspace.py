@@ -33,6 +33,7 @@ RESULT_DIRS = (START_SEQUENCES, RESULTS, EVALUATIONS, REPORTS,
 # files of one run that describe it (a bundle ships these; checkpoints only on request)
 RUN_RECORDS = ("hashes.jsonl", "process.jsonl", "config.json", "conditions.json",
                "determinism.json", "complete.json")
+PROGRESS_RECORD = "progress.json"  # a training run's latest progress line, for the study
 EVAL_CSV_FIELDS = ("step", "episode", "start_sequence", "sticky_seed", "score", "frames")
 
 
