@@ -100,15 +100,16 @@ def test_with_the_authors_states_no_start_state_stage_runs(tmp_path):
     upstream = dvc(root, "dag", "report").stdout
     assert "evaluate" in upstream and "ranker" not in upstream and "select" not in upstream
     to_run = json.loads(dvc(root, "status", "--json", "report", "--with-deps").stdout)
-    assert {name.split(":")[-1] for name in to_run} == {"conditions", "train", "evaluate",
-                                                        "report"}
+    assert {name.split(":")[-1] for name in to_run} == {"conditions", "audit", "train",
+                                                        "evaluate", "report"}
     everything = json.loads(dvc(root, "status", "--json").stdout)  # still there to run
     assert {"candidates", "ranker", "select"} <= {name.split(":")[-1] for name in everything}
 
 
 def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
     root, first = workspace
-    for stage in ("conditions", "candidates", "ranker", "select", "train", "evaluate", "report"):
+    for stage in ("conditions", "audit", "candidates", "ranker", "select", "train", "evaluate",
+                  "report"):
         assert mentions(first.stdout, stage, "Running stage '{}'")
     assert "study train: 12 jobs" in first.stderr and "12/12 jobs" in first.stderr
     for group in GROUPS:
@@ -138,6 +139,9 @@ def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
     assert "| deterministic | 2 | never | never | never |" in report
     assert "| minibatch | 2 | step 400 | step 300 (updates 1–24) |" in report
     assert "The gpu group cannot part on a CPU" in report
+    audit = json.loads((root / "results" / "audit.json").read_text())
+    assert audit["global_rng_used"] == [] and "### Nondeterminism audit" in report
+    assert audit["exercised"]["network"] == "nips"  # the study's own network
     assert (root / "reports" / "figure_divergence.png").exists()
     plots = json.loads(dvc(root, "plots", "show", "--json").stdout)
     assert "reports/learning_curves.csv" in json.dumps(plots)

@@ -108,6 +108,17 @@ def test_write_report_produces_every_output(tmp_path):
     assert curves[2].startswith("100,5.0,5.0,4.0,7.0,5.0,")
 
 
+def test_report_quotes_the_nondeterminism_audit(tmp_path):
+    audit = {"summary": "audit: 44 aten overloads ran; global RNGs drawn from: none",
+             "conditions_fingerprint": "abcdef1234567890"}
+    report.write_report(study(), tmp_path, audit=audit)
+    text = (tmp_path / "report.md").read_text()
+    assert "### Nondeterminism audit" in text and "44 aten overloads ran" in text
+    assert "`abcdef123456`" in text
+    report.write_report(study(), tmp_path / "none")
+    assert "Nondeterminism audit" not in (tmp_path / "none" / "report.md").read_text()
+
+
 def test_report_shows_its_figures_inline_and_as_one_self_contained_page(tmp_path):
     import base64
     import re

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reprodqn import determinism, isa, optable
+from reprodqn import determinism, isa, optable, provenance
 from reprodqn.files import write_json
 from reprodqn.network import q_values
 from reprodqn.trace import NamedModuleTracker, OpRecorder, Window
@@ -131,6 +131,8 @@ def audit(config, chunk: int, out: Path, scratch: Path) -> dict:
                                         if "determinis" in str(w.message)}),
         "settings": _settings(applied),
     }
+    result["conditions_fingerprint"] = provenance.collect(compute)["fingerprint"]
+    result["summary"] = summary(result)  # what the report quotes
     write_json(out, result)
     return result
 

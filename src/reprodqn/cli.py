@@ -143,10 +143,14 @@ def cmd_study(args) -> int:
 
 def cmd_report(args) -> int:
     from reprodqn import report, tracking
+    from reprodqn.files import read_json
 
     params = _load(args)
     study = report.load_study(args.root, params.study.groups, params.study.runs_per_group)
-    summary = report.write_report(study, args.out_dir, scale_note=report.scale_note(params))
+    audit_path = args.root / workspace.RESULTS / "audit.json"
+    audit = read_json(audit_path, "audit record") if audit_path.exists() else None
+    summary = report.write_report(study, args.out_dir, scale_note=report.scale_note(params),
+                                  audit=audit)
     if tracking.enabled() and not args.no_track:
         files = sorted(p for p in args.out_dir.iterdir() if p.is_file())
         tracking.log_study(params, workspace.current_fingerprint(), summary["metrics"], files)

@@ -116,7 +116,7 @@ def learning_curves_runs_csv(study) -> str:
     return buffer.getvalue()
 
 
-def write_report(study, out_dir: Path, scale_note: str = "") -> dict:
+def write_report(study, out_dir: Path, scale_note: str = "", audit: dict | None = None) -> dict:
     out_dir = Path(out_dir)
     table = table1(study)
     tests = variance_tests(study)
@@ -147,7 +147,8 @@ def write_report(study, out_dir: Path, scale_note: str = "") -> dict:
                                   for g, d in parting.items()},
     }
     write_json(out_dir / "metrics.json", metrics)
-    markdown = report_markdown(study, table, tests, replicability, device, scale_note, parting)
+    markdown = report_markdown(study, table, tests, replicability, device, scale_note, parting,
+                               audit)
     write_text(out_dir / "report.md", markdown)
     write_text(out_dir / "report.html", report_html.render(markdown, out_dir))
     return {"metrics": metrics, "figures": [str(p) for p in figures]}
@@ -195,7 +196,7 @@ def divergence_lines(parting: dict[str, dict], device: dict) -> list[str]:
 
 
 def report_markdown(study, table, tests, replicability, device, scale_note: str,
-                    parting: dict | None = None) -> str:
+                    parting: dict | None = None, audit: dict | None = None) -> str:
     runs = sum(1 for runs in study.values() for r in runs if r.steps)
     lines = ["# Report: deterministic DQN on Breakout", ""]
     if scale_note:
@@ -236,7 +237,7 @@ def report_markdown(study, table, tests, replicability, device, scale_note: str,
         lines.append(f"| {t['scores']} | {t['groups'][0]} vs {t['groups'][1]} | "
                      f"{_cell(t['f_statistic'])} | {_cell(t['f_p'])}{star} | "
                      f"{_cell(t['bf_statistic'])} | {_cell(t['bf_p'])} | {t['note']} |")
-    lines += ["", *conditions_lines(study),
+    lines += ["", *conditions_lines(study), *audit_lines(audit),
               "## Figures", "",
               "![Figure 2: the deterministic agent on start state 0](figure2_start_state.png)",
               "", "![Figure 4: the deterministic agent on every start state]"
@@ -271,3 +272,12 @@ def conditions_lines(study) -> list[str]:
             "`results/conditions.json` and the SBOM `results/sbom.cdx.json`.", ""]
 
 
+
+
+def audit_lines(audit: dict | None) -> list[str]:
+    """The nondeterminism audit's finding (results/audit.json), quoted."""
+    if not audit:
+        return []
+    return ["### Nondeterminism audit", "", audit["summary"].removeprefix("audit: ") + ".",
+            "", "Every op with its documentation and every setting: `results/audit.json` "
+            f"(conditions fingerprint `{str(audit.get('conditions_fingerprint'))[:12]}`).", ""]
