@@ -64,13 +64,12 @@ def build_replay(config: RunConfig) -> ReplayMemory | PrioritizedReplay:
     """The authors' uniform replay, with n-step returns when agent.n_step > 1, wrapped in
     proportional prioritized sampling when replay.prioritized."""
     env_cfg = config.env
+    if config.replay.prioritized:  # before anything is allocated
+        check_memory(config.replay.capacity, env_cfg.screen_size)
     memory = ReplayMemory(config.replay.capacity, env_cfg.history_length, env_cfg.screen_size,
                           config.replay.episode_time_wraps, config.agent.n_step,
                           config.agent.discount)
-    if not config.replay.prioritized:
-        return memory
-    check_memory(config.replay.capacity, env_cfg.screen_size)
-    return PrioritizedReplay(memory, config.priority)
+    return PrioritizedReplay(memory, config.priority) if config.replay.prioritized else memory
 
 
 @dataclass
