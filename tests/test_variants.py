@@ -257,3 +257,39 @@ def test_variant_knobs_at_their_defaults_leave_the_digest_as_before():
     for knob in ("agent.double=true", "agent.dueling=true", "agent.n_step=2"):
         assert resolve_run(load_params(PARAMS, [knob]), "deterministic", 0).digest() != \
             config.digest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets and the algorithm's name
+
+
+@pytest.mark.parametrize("preset, name", [
+    ("double", "Double DQN"),
+    ("dueling", "Dueling Double DQN"),
+    ("per", "Double DQN, prioritized replay"),
+    ("r2d2-priority", "Double DQN, 5-step, prioritized replay (R2D2 priority)"),
+])
+def test_presets_are_overlays_that_run_at_smoke_scale_and_name_their_algorithm(preset, name):
+    from reprodqn.variants import PRESETS, algorithm_name, preset_path
+
+    from .conftest import ROOT
+
+    assert preset in PRESETS and preset_path(PARAMS, preset).exists()
+    params = load_params(PARAMS, overlay=[preset_path(PARAMS, preset), ROOT / "params-smoke.yaml"])
+    assert algorithm_name(params) == name
+    assert params.train.steps == 3000  # the smoke scale applied after the preset
+    assert algorithm_name(resolve_run(params, "environment", 1)) == name
+    assert algorithm_name(load_params(PARAMS)) == "DQN"
+
+
+def test_report_title_names_the_algorithm(tmp_path):
+    from reprodqn import report
+
+    from .test_report import study
+
+    report.write_report(study(), tmp_path / "dqn")
+    assert (tmp_path / "dqn" / "report.md").read_text().startswith(
+        "# Report: deterministic DQN on Breakout\n")
+    report.write_report(study(), tmp_path / "double", algorithm="Double DQN")
+    assert (tmp_path / "double" / "report.md").read_text().startswith(
+        "# Report: deterministic Double DQN on Breakout\n")

@@ -115,7 +115,7 @@ def learning_curves_runs_csv(study) -> str:
     return buffer.getvalue()
 
 
-def write_report(study, out_dir: Path, scale_note: str = "") -> dict:
+def write_report(study, out_dir: Path, scale_note: str = "", algorithm: str = "DQN") -> dict:
     out_dir = Path(out_dir)
     table = table1(study)
     tests = variance_tests(study)
@@ -147,7 +147,7 @@ def write_report(study, out_dir: Path, scale_note: str = "") -> dict:
     }
     write_json(out_dir / "metrics.json", metrics)
     write_text(out_dir / "report.md", report_markdown(study, table, tests, replicability,
-                                                      device, scale_note, parting))
+                                                      device, scale_note, parting, algorithm))
     return {"metrics": metrics, "figures": [str(p) for p in figures]}
 
 
@@ -193,9 +193,9 @@ def divergence_lines(parting: dict[str, dict], device: dict) -> list[str]:
 
 
 def report_markdown(study, table, tests, replicability, device, scale_note: str,
-                    parting: dict | None = None) -> str:
+                    parting: dict | None = None, algorithm: str = "DQN") -> str:
     runs = sum(1 for runs in study.values() for r in runs if r.steps)
-    lines = ["# Report: deterministic DQN on Breakout", ""]
+    lines = [f"# Report: deterministic {algorithm} on Breakout", ""]
     if scale_note:
         lines += [f"> {scale_note}", ""]
     lines += [f"{runs} evaluated runs. {device['text']}", "",

@@ -24,6 +24,7 @@ from pathlib import Path
 from reprodqn import workspace
 from reprodqn.events import Finished, ProcessRecord, Started
 from reprodqn.files import read_json
+from reprodqn.variants import algorithm_name
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no phoning home from a study
 
@@ -144,6 +145,7 @@ class RunTracker:
             return
         seeds = config.seeds.model_dump()
         tags = {**identity, "mlflow.runName": f"{config.group}/{config.run}",
+                f"{TAG}algorithm": algorithm_name(config),
                 f"{TAG}seeds": json.dumps(seeds, sort_keys=True),
                 f"{TAG}device": (conditions or {}).get("device_name", "unknown"),
                 f"{TAG}git_commit": str(((conditions or {}).get("bundle") or {}).get("commit"))}
@@ -273,7 +275,8 @@ def track_evaluation(config, run_dir: Path, out_dir: Path, digest: str) -> None:
 # The study run
 
 
-def log_study(report_dir: Path, metrics: dict, files: list[Path]) -> str:
+def log_study(report_dir: Path, metrics: dict, files: list[Path],
+              algorithm: str = "DQN") -> str:
     """The study's MLflow run: Table 1, the figures, the verdict. Found again by a digest of
     the report's content, so an unchanged report is logged once."""
     mlflow = _mlflow()
@@ -298,7 +301,8 @@ def log_study(report_dir: Path, metrics: dict, files: list[Path]) -> str:
 
     now = int(time.time() * 1000)
     client.log_batch(run.info.run_id, metrics=[Metric(k, float(v), now, 0) for k, v in rows],
-                     tags=[RunTag(f"{TAG}replicable", str(metrics.get("replicable")))])
+                     tags=[RunTag(f"{TAG}replicable", str(metrics.get("replicable"))),
+                           RunTag(f"{TAG}algorithm", algorithm)])
     for path in files:
         client.log_artifact(run.info.run_id, str(path), artifact_path="report")
     client.set_terminated(run.info.run_id)
