@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/replay_memory.py
 	$(BIN)/python bench/train_throughput.py
 	$(BIN)/python bench/eval_throughput.py
+	$(BIN)/python bench/per_overhead.py
 
 # The README's module table, from the package's own docstrings (a test checks it).
 readme: $(STAMP)
