@@ -9,6 +9,8 @@ STAMP   := $(VENV)/.installed
 SMOKE   := build/smoke
 UI_PORT ?= 5000
 IMAGE   ?= reprodqn:latest
+# make bundle RESUME=STEP ships this run's resume point at STEP
+RESUME_RUN ?= deterministic/0
 
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
@@ -108,8 +110,10 @@ docker-run:
 	  $(IMAGE) dvc repro
 
 # One archive a paper can link to: code, params, dvc.lock, start sequences, conditions,
-# SBOM, hash chains, evaluation results, report, manifest. CHECKPOINTS=1 adds weights.
+# SBOM, hash chains, evaluation results, report, manifest. CHECKPOINTS=1 adds weights;
+# RESUME=STEP adds RESUME_RUN's resume point at STEP (verify --rerun starts there).
 bundle: $(STAMP)
+	$(if $(RESUME),reprodqn resume-point $(RESUME_RUN) --step $(RESUME))
 	reprodqn bundle --out dist/reprodqn-bundle.tar.gz $(if $(CHECKPOINTS),--checkpoints,)
 
 clean:

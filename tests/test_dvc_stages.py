@@ -15,6 +15,7 @@ PACKAGE = ROOT / "src" / "reprodqn"
 # stage -> the CLI handlers its command runs (study stages also run their jobs' commands)
 STAGE_HANDLERS = {
     "conditions": ["cmd_conditions"],
+    "audit": ["cmd_audit"],
     "candidates": ["cmd_candidates"],
     "ranker": ["cmd_ranker"],
     "select": ["cmd_select"],
@@ -38,6 +39,9 @@ def imported_modules(node: ast.AST) -> set[str]:
     return found
 
 
+OTHER_COMMANDS = {"reprodqn.cli_forensics"}  # handlers no pipeline stage runs
+
+
 def module_closure(modules: set[str]) -> set[str]:
     """Modules reachable by any import, at module level or inside functions (cli.py is
     followed per handler instead: its handlers import lazily, stage by stage)."""
@@ -50,14 +54,21 @@ def module_closure(modules: set[str]) -> set[str]:
         if name == "reprodqn.cli":
             continue
         tree = ast.parse((PACKAGE / f"{name.split('.', 1)[1]}.py").read_text())
-        todo += imported_modules(tree)
+        if name in OTHER_COMMANDS:  # loading it runs its module-level imports, no handler
+            todo += [m for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)
+                     for m in imported_modules(node)]
+        else:
+            todo += imported_modules(tree)
     return seen
 
 
 def handler_closure(names: list[str]) -> set[str]:
-    """The modules a CLI handler reaches, following calls to other cli.py functions."""
-    tree = ast.parse((PACKAGE / "cli.py").read_text())
-    functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+    """The modules a CLI handler reaches, following calls to other functions of the
+    command modules (cli.py and the modules of other commands)."""
+    trees = {module: ast.parse((PACKAGE / f"{module.split('.', 1)[1]}.py").read_text())
+             for module in ("reprodqn.cli", *sorted(OTHER_COMMANDS))}
+    functions = {f.name: f for tree in trees.values() for f in tree.body
+                 if isinstance(f, ast.FunctionDef)}
     modules, todo, seen = {"reprodqn.cli"}, list(names), set()
     while todo:
         name = todo.pop()
@@ -68,7 +79,8 @@ def handler_closure(names: list[str]) -> set[str]:
         modules |= imported_modules(function)
         todo += [c.func.id for c in ast.walk(function) if isinstance(c, ast.Call)
                  and isinstance(c.func, ast.Name) and c.func.id in functions]
-    module_level = [n for n in tree.body if isinstance(n, ast.ImportFrom | ast.Import)]
+    module_level = [n for n in trees["reprodqn.cli"].body
+                    if isinstance(n, ast.ImportFrom | ast.Import)]
     for node in module_level:
         modules |= imported_modules(node)
     return module_closure(modules)

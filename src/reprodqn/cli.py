@@ -10,27 +10,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from reprodqn import workspace
+from reprodqn import cli_forensics, workspace
+from reprodqn.cli_common import load as _load
+from reprodqn.cli_common import stage as _stage
 from reprodqn.errors import InputError
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--params", default="params.yaml", type=Path,
-                        help="parameters file (default: params.yaml)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY.PATH=VALUE", help="override one parameter (repeatable)")
-
-
-def _load(args):
-    """Params, loaded once per command, with the CPU instruction-set floor applied before
-    anything imports torch (main() calls this before any handler runs)."""
-    from reprodqn import isa
-    from reprodqn.config import load_params
-
-    if getattr(args, "loaded_params", None) is None:
-        args.loaded_params = load_params(args.params, args.overrides)
-        isa.apply(args.loaded_params.compute.cpu_isa)
-    return args.loaded_params
 
 
 def cmd_params(args) -> int:
@@ -187,24 +170,7 @@ def cmd_bundle(args) -> int:
     return 0
 
 
-def cmd_verify(args) -> int:
-    from reprodqn import verify
-
-    params = _load(args)
-    result = verify.verify(args.root, args.reference, params.study.groups,
-                           params.study.runs_per_group)
-    print(verify.summary(result))
-    return 0 if result["identical"] else 1
-
-
 # ---------------------------------------------------------------------------------------------
-
-
-def _stage(sub, name: str, help_text: str, handler) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=help_text)
-    _common(p)
-    p.set_defaults(handler=handler)
-    return p
 
 
 def _run_arguments(p, what: str) -> None:
@@ -257,7 +223,7 @@ def _add_pipeline_stages(sub) -> None:
 
 
 def _add_tools(sub) -> None:
-    """Commands around the pipeline: params, imports, the bundle and its verification."""
+    """Commands around the pipeline: params, start-state imports, the bundle."""
     p = _stage(sub, "params", "explain the params, or write a full params file from params "
                "+ an overlay", cmd_params)
     p.add_argument("--overlay", type=Path, action="append", default=[],
@@ -280,17 +246,13 @@ def _add_tools(sub) -> None:
     p = _stage(sub, "bundle", "one archive of the study for a paper to link to", cmd_bundle)
     p.add_argument("--out", type=Path, default=Path("dist/reprodqn-bundle.tar.gz"))
     p.add_argument("--checkpoints", action="store_true", help="include every checkpoint")
-    p = _stage(sub, "verify", "compare this workspace's runs with another copy", cmd_verify)
-    p.add_argument("--reference", type=Path, required=True,
-                   help="another workspace or an unpacked bundle")
-    p.add_argument("--root", type=Path, default=Path("."))
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reprodqn", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="STAGE")
     _add_pipeline_stages(sub)
     _add_tools(sub)
+    cli_forensics.add_commands(sub)
     return parser
 
 

@@ -116,16 +116,12 @@ class PriorityConfig(_Frozen):
     """Prioritized replay: used only when replay.prioritized is true."""
 
     alpha: Probability = Field(0.6, description="Priority exponent: P(i) ~ p_i^alpha.")
-    beta_start: Probability = Field(
-        0.4, description="Importance-sampling exponent when learning starts."
-    )
+    beta_start: Probability = Field(0.4, description="Importance-sampling exponent at first.")
     beta_steps: PositiveInt = Field(
         20_000_000, description="Agent steps after learning_starts over which beta rises "
         "linearly to 1."
     )
-    eps: Annotated[float, Field(gt=0.0)] = Field(
-        1e-6, description="Added to |delta| so no transition's priority is zero."
-    )
+    eps: Annotated[float, Field(gt=0.0)] = Field(1e-6, description="Added to every |delta|.")
     importance_weights: bool = Field(
         True, description="Weight each sample's loss by (N P(i))^-beta / max over the batch; "
         "false: no weights (R2D2)."
@@ -319,16 +315,24 @@ class RunConfig(_Frozen):
 
     def digest(self) -> str:
         """SHA-256 of everything that determines the run's outputs (not its name, nor the
-        resume interval, which changes when state is saved but no result). The variant
-        knobs at their defaults (the authors' DQN) are left out, and the priority section
-        unless replay is prioritized: they change nothing then, and runs trained before
-        they existed keep their digest."""
-        body = self.model_dump(mode="json", exclude={"group": True, "run": True,
-                                                     "train": {"resume_every"}})
+        resume interval, which changes when state is saved but no result)."""
+        return self._digest(compute=True)
+
+    def experiment_digest(self) -> str:
+        """The digest without `compute`: the same experiment computed with other threads
+        or another instruction set (what a trace compares across machines)."""
+        return self._digest(compute=False)
+
+    def _digest(self, compute: bool) -> str:
+        """The variant knobs at their defaults (the authors' DQN), and the priority section
+        unless replay is prioritized, are left out: they change nothing then, and runs
+        trained before they existed keep their digests."""
+        exclude = {"group": True, "run": True, "train": {"resume_every"}}
+        body = self.model_dump(mode="json", exclude=exclude if compute else
+                               {**exclude, "compute": True})
         for section, defaults in VARIANT_DEFAULTS.items():
-            for key, default in defaults.items():
-                if body[section][key] == default:
-                    del body[section][key]
+            body[section] = {k: v for k, v in body[section].items()
+                             if k not in defaults or defaults[k] != v}
         if not self.replay.prioritized:
             del body["priority"]
         return hashlib.sha256(canonical_json(body).encode()).hexdigest()

@@ -1,6 +1,7 @@
 """The Q-networks of Mnih et al.: Nature 2015 (the paper's main text) and NIPS 2013, with
-one Q head or, for the dueling variant (Wang et al. 2016), a value and an advantage stream
-on the same torso: Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a').
+one Q head or a dueling head: a value and an advantage stream on the same torso.
+
+Dueling (Wang et al. 2016): Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a').
 
 Layers are built without initialisation (`skip_init`) and then initialised from the init
 stream alone, with PyTorch's default scheme: weights and biases uniform in

@@ -1,6 +1,7 @@
-"""Proportional prioritized replay (Schaul et al. 2016) over the authors' replay memory:
-transition i is drawn with probability p_i^alpha / sum_k p_k^alpha, its leaf in a
-deterministic sum tree (sumtree.py).
+"""Proportional prioritized replay over the authors' replay memory: transition i is drawn
+with probability p_i^alpha / sum_k p_k^alpha, its leaf in a deterministic sum tree.
+
+After Schaul et al. 2016 (the sum tree is sumtree.py):
 
 - New transitions enter at the running maximum priority (1 at first); an index that can
   never be sampled (its state spans an episode start, or it lies outside the authors'

@@ -1,6 +1,6 @@
-"""The prioritized-replay learning rule (Schaul et al. 2016, proportional; R2D2's mixture):
-the annealed importance-sampling exponent, the importance weights of a sampled batch, and
-a sampled transition's new priority from its TD errors. Pure numpy in float64."""
+"""The prioritized-replay learning rule: the annealed importance-sampling exponent, the
+importance weights of a sampled batch, and a sampled transition's new priority from its TD
+errors. Schaul et al. 2016 (proportional) and R2D2's mixture; pure numpy in float64."""
 
 from __future__ import annotations
 

@@ -163,7 +163,8 @@ class Run:
         counters = {"step": self.step, "updates": self.updates, "loss_chain": self.loss_chain,
                     "episode_step": self.episode_step, "game_score": self.game_score,
                     "accumulators": self.acc.__dict__}
-        return {"config_digest": self.config.digest(), "run": counters,
+        return {"config_digest": self.config.digest(),
+                "experiment_digest": self.config.experiment_digest(), "run": counters,
                 "streams": self.streams.get_state(), "env": self.env.get_state(),
                 "history": self.history.get_state(), "replay": self.replay.get_state(),
                 "agent": self.agent.get_state()}
@@ -219,8 +220,11 @@ def prepare_run_dir(config: RunConfig, run_dir: Path, restart: bool,
                                          "config": config.model_dump(mode="json")})
 
 
-def train(config: RunConfig, run_dir: Path, restart: bool = False) -> Iterator[object]:
-    """Train one run to completion, resuming from its last resume point if there is one."""
+def train(config: RunConfig, run_dir: Path, restart: bool = False,
+          until: int | None = None) -> Iterator[object]:
+    """Train one run to completion, resuming from its last resume point if there is one.
+    With `until`, stop after that step and leave a resume point there instead (a spot-check
+    of a shipped run, or a resume point to ship)."""
     run_dir = Path(run_dir)
     device, applied = determinism.configure(config.compute.device, config.compute.threads,
                                             config.compute.deterministic_gpu)
@@ -243,10 +247,13 @@ def train(config: RunConfig, run_dir: Path, restart: bool = False) -> Iterator[o
     yield Started(step=run.step, total=config.train.steps, resumed=run.step > 0)
 
     tcfg = config.train
+    end = tcfg.steps if until is None else min(until, tcfg.steps)
+    if run.step > end:
+        raise InputError(f"{run_dir}: its resume point is at step {run.step}, past {end}")
     if run.step == 0:
         yield _checkpoint(run)
     last_time, last_step = time.monotonic(), run.step
-    while run.step < tcfg.steps:
+    while run.step < end:
         run.advance()
         step = run.step
         if step % tcfg.log_every == 0 or step == tcfg.steps:
@@ -258,12 +265,23 @@ def train(config: RunConfig, run_dir: Path, restart: bool = False) -> Iterator[o
         if step % tcfg.checkpoint_every == 0 or step == tcfg.steps:
             yield _checkpoint(run)
         if step % tcfg.resume_every == 0 and step < tcfg.steps:
-            run.save_resume_point({name: (run_dir / name).stat().st_size for name in LOGS})
+            run.save_resume_point(_log_offsets(run_dir))
             yield ResumePointWritten(step)
+    if run.step < tcfg.steps:  # stopped at `until`
+        if run.step == 0 or run.step % tcfg.resume_every:
+            run.save_resume_point(_log_offsets(run_dir))
+            yield ResumePointWritten(run.step)
+        return
     write_json(run_dir / "complete.json",
                {"step": run.step, "updates": run.updates, "loss_chain_sha256": run.loss_chain})
     shutil.rmtree(run_dir / "resume", ignore_errors=True)
     yield Finished(step=run.step)
+
+
+def _log_offsets(run_dir: Path) -> dict[str, int]:
+    """Each log's length now (0 before its first line: a resume point can precede it)."""
+    return {name: (run_dir / name).stat().st_size if (run_dir / name).exists() else 0
+            for name in LOGS}
 
 
 def _process_record(run: Run, rate: float) -> ProcessRecord:

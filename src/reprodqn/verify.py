@@ -12,17 +12,26 @@ from reprodqn.files import read_json
 from reprodqn.report import load_study
 
 
-def verify(ours: Path, reference: Path, groups, runs_per_group: int) -> dict:
-    """Compare every run's chains and evaluation results with the reference copy's."""
+def check_bundle(reference: Path) -> None:
+    """An unpacked bundle must match its manifest before anything is compared with it."""
     from reprodqn.bundle import check_manifest
-    from reprodqn.provenance import differences, fingerprint_fields
 
-    reference = Path(reference)
+    if not reference.is_dir():
+        raise InputError(f"{reference}: not a directory (expected a workspace or an "
+                         "unpacked bundle)")
     if (reference / "MANIFEST.sha256").exists():
         bad = check_manifest(reference)
         if bad:
             raise InputError(f"{reference}: {len(bad)} files do not match the bundle's "
                              f"MANIFEST.sha256 (first: {bad[0]})")
+
+
+def verify(ours: Path, reference: Path, groups, runs_per_group: int) -> dict:
+    """Compare every run's chains and evaluation results with the reference copy's."""
+    from reprodqn.provenance import differences, fingerprint_fields
+
+    reference = Path(reference)
+    check_bundle(reference)
     mine = load_study(ours, groups, runs_per_group)
     theirs = load_study(reference, groups, runs_per_group)
     first = None
@@ -70,4 +79,56 @@ def summary(result: dict) -> str:
                      + ", ".join(result["numeric_conditions_differing"]))
     if result["conditions_differing"]:
         lines.append("all conditions that differ: " + ", ".join(result["conditions_differing"]))
+    return "\n".join(lines)
+
+
+def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
+    """Retrain one shipped run (its config from `rerun.shipped_config`) up to `until` here,
+    from the resume point the reference ships for it if any, and compare the prefix of its
+    chains with the shipped ones."""
+    from reprodqn import rerun
+    from reprodqn.progress import Progress
+    from reprodqn.provenance import differences, fingerprint_fields
+
+    reference, group, run = Path(reference), config.group, config.run
+    if until > config.train.steps:
+        raise InputError(f"--until {until}: the run has only {config.train.steps} steps")
+    reference_run = workspace.run_dir(reference / workspace.RUNS, group, run)
+    resume_dir = rerun.shipped_resume_point(reference, group, run, until)
+    start = 0 if resume_dir is None else int(read_json(resume_dir / "latest.json",
+                                                       "resume point index")["step"])
+    progress = Progress(f"verify --rerun {group}/{run}", until, start=start)
+    rerun.retrain(config, Path(scratch), until, resume_dir, progress=progress.update)
+    result = rerun.compare_prefix(reference_run, Path(scratch), until)
+    ours = read_json(Path(scratch) / "conditions.json", "conditions record")
+    theirs_path = reference_run / "conditions.json"
+    theirs = read_json(theirs_path, "conditions record") if theirs_path.exists() else ours
+    result.update(run=f"{group}/{run}", until=until, from_step=start,
+                  conditions_differing=differences(ours, theirs),
+                  numeric_conditions_differing=differences(fingerprint_fields(ours),
+                                                           fingerprint_fields(theirs)),
+                  cpu_isa={"ours": isa_setting(ours), "reference": isa_setting(theirs)})
+    return result
+
+
+def spot_check_summary(result: dict) -> str:
+    """What verify --rerun prints."""
+    origin = (f"from the shipped resume point at step {result['from_step']}"
+              if result["from_step"] else "from scratch")
+    if result["identical"]:
+        lines = [f"verify: identical: {result['run']} retrained {origin} to step "
+                 f"{result['until']}; {result['records_compared']} checkpoint and process "
+                 "records match the reference's"]
+    else:
+        first = result["first"]
+        lines = [f"verify: DIFFERENT: {result['run']} retrained {origin} leaves the "
+                 f"reference at step {first['step']} ({first['file']}: "
+                 f"{', '.join(first['fields'])})",
+                 f"CPU instruction set: ours {result['cpu_isa']['ours']}; reference "
+                 f"{result['cpu_isa']['reference']}",
+                 "next: `reprodqn trace` on both machines from a resume point before that "
+                 "step, then `reprodqn trace-diff`, names the first differing op"]
+    if result["numeric_conditions_differing"]:
+        lines.append("conditions that change numbers and differ: "
+                     + ", ".join(result["numeric_conditions_differing"]))
     return "\n".join(lines)

@@ -26,7 +26,9 @@ RESULTS = Path("results")
 REPORTS = Path("reports")
 START_SEQUENCES = Path("start_sequences")
 RANKER = Path("ranker")  # the select stage's ranking DQN
-RESULT_DIRS = (START_SEQUENCES, RESULTS, EVALUATIONS, REPORTS)  # what a bundle ships whole
+RESUME_POINTS = Path("resume-points")  # made for a bundle: `reprodqn resume-point`
+RESULT_DIRS = (START_SEQUENCES, RESULTS, EVALUATIONS, REPORTS,
+               RESUME_POINTS)  # what a bundle ships whole
 
 # files of one run that describe it (a bundle ships these; checkpoints only on request)
 RUN_RECORDS = ("hashes.jsonl", "process.jsonl", "config.json", "conditions.json",
@@ -40,6 +42,10 @@ def run_dir(runs: Path, group: str, run: int) -> Path:
 
 def eval_dir(evaluations: Path, group: str, run: int) -> Path:
     return Path(evaluations) / group / str(run)
+
+
+def resume_points_dir(root: Path, group: str, run: int) -> Path:
+    return Path(root) / RESUME_POINTS / group / str(run)
 
 
 def conditions_path(root: Path = Path(".")) -> Path:

@@ -1,0 +1,72 @@
+"""What `reprodqn trace` costs: one Nature-network update at batch 32 (paper
+hyperparameters, the CPU floor) with every op's outputs hashed and recorded, against the
+same update untraced.
+
+Two agents from the same init seed run the same random minibatches, one update each in
+alternating order, so a drift in machine speed hits both alike. Prints milliseconds per
+update of both and their ratio, and checks the traced agent's weights equal the other's.
+
+    .venv/bin/python bench/trace_overhead.py [--updates 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
+from reprodqn.config import load_params  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
+
+import torch  # noqa: E402
+from train_throughput import random_batches  # noqa: E402
+
+from reprodqn import determinism  # noqa: E402
+from reprodqn.agent import DQNAgent  # noqa: E402
+from reprodqn.trace import NamedModuleTracker, OpRecorder  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--updates", type=int, default=100)
+    args = parser.parse_args()
+    params = load_params(ROOT / "params.yaml")
+    device, _ = determinism.configure("cpu", params.compute.threads, True)
+    plain, traced = (DQNAgent(params.agent, 4, 4, 84, device, torch.Generator().manual_seed(0),
+                              params.replay.learning_starts, params.env.reward_clip)
+                     for _ in range(2))
+    tracker = NamedModuleTracker({"online": traced.online, "target": traced.target})
+    recorder = OpRecorder(tracker)
+    batches = random_batches(args.updates + 10, params, np.random.default_rng(0))
+    seconds = {"plain": 0.0, "traced": 0.0}
+    ops = 0
+    for k, batch in enumerate(batches):
+        for name in (("plain", "traced") if k % 2 else ("traced", "plain")):
+            start = time.perf_counter()
+            if name == "plain":
+                plain.update(batch).item()
+            else:
+                with tracker, recorder:
+                    traced.update(batch).item()
+                json.dumps(recorder.ops, separators=(",", ":"))
+                ops += len(recorder.ops) if k >= 10 else 0
+                recorder.ops = []
+            if k >= 10:  # warm-up excluded
+                seconds[name] += time.perf_counter() - start
+    same = all(a.equal(b) for a, b in zip(plain.tensors().values(), traced.tensors().values(),
+                                          strict=True))
+    per = {name: 1e3 * s / args.updates for name, s in seconds.items()}
+    print(f"update (Nature, batch 32, {params.compute.cpu_isa} floor, "
+          f"{params.compute.threads} thread): plain {per['plain']:.2f} ms, traced "
+          f"{per['traced']:.2f} ms ({ops // args.updates} ops hashed per update); "
+          f"traced/plain {per['traced'] / per['plain']:.2f}; weights identical: {same}")
+
+
+if __name__ == "__main__":
+    main()

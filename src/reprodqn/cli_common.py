@@ -1,0 +1,35 @@
+"""What every `reprodqn` subcommand shares: --params and --set, params loaded once with the
+CPU instruction-set floor applied before torch loads, and how a subcommand is declared."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_params_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--params", default="params.yaml", type=Path,
+                        help="parameters file (default: params.yaml)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY.PATH=VALUE", help="override one parameter (repeatable)")
+
+
+def load(args):
+    """Params, loaded once per command, with the CPU instruction-set floor applied before
+    anything imports torch (main() calls this before any handler runs)."""
+    from reprodqn import isa
+    from reprodqn.config import load_params
+
+    if getattr(args, "loaded_params", None) is None:
+        args.loaded_params = load_params(args.params, args.overrides)
+        isa.apply(args.loaded_params.compute.cpu_isa)
+    return args.loaded_params
+
+
+def stage(sub, name: str, help_text: str, handler) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help_text)
+    add_params_arguments(p)
+    p.set_defaults(handler=handler)
+    return p
+
+
