@@ -250,6 +250,8 @@ def test_variant_knobs_at_their_defaults_leave_the_digest_as_before():
     config = resolve_run(params, "deterministic", 0)
     # recorded before issue 13 added the DQN-family knobs: existing runs stay valid
     assert config.digest() == "fc4f815d079d558414d9fc8673750e8b2283ff1e712f4c239ed23cd3ab4b901e"
+    assert config.experiment_digest() == \
+        "c39813aabab9e41007459fabdbd53a735e014672fd4bb819541116958a5cbecd"
     per = resolve_run(load_params(PARAMS, ["replay.prioritized=true"]), "deterministic", 0)
     alpha = resolve_run(load_params(PARAMS, ["replay.prioritized=true", "priority.alpha=0.5"]),
                         "deterministic", 0)
