@@ -1,6 +1,6 @@
-"""The DQN family in params: which algorithm a config names, the knobs' defaults that make
-it the authors' DQN, and the limits the switches must respect. Kept apart from config.py's
-schema so the report and tracking can name an algorithm without the whole loader."""
+"""The DQN family in params: which algorithm a config names, the knobs' defaults (the authors'
+DQN), and the limits the switches must respect. Kept apart from config.py's schema so
+the report and tracking can name an algorithm without the whole loader."""
 
 from __future__ import annotations
 
