@@ -41,15 +41,18 @@ select: $(STAMP)
 
 # The same pipeline at smoke scale (params-smoke.yaml over params.yaml), in a scratch
 # workspace so the real one is untouched; MLflow runs go to this workspace's store.
+# PRESET=double|dueling|per|r2d2-priority runs it for a DQN-family variant
+# (params-$(PRESET).yaml, applied before the smoke scale).
 smoke: $(STAMP)
 	rm -rf $(SMOKE) && mkdir -p $(SMOKE)
 	cp dvc.yaml .dvcignore CITATION.cff $(SMOKE)/ && cp -r .dvc $(SMOKE)/.dvc && rm -rf $(SMOKE)/.dvc/tmp
 	mkdir -p $(SMOKE)/start_sequences && cp start_sequences/dvc.yaml start_sequences/authors* \
 	  $(SMOKE)/start_sequences/
 	cp -r src $(SMOKE)/src && find $(SMOKE)/src -name __pycache__ -prune -exec rm -rf {} +
-	reprodqn params --params params.yaml --overlay params-smoke.yaml --out $(SMOKE)/params.yaml
+	reprodqn params --params params.yaml $(if $(PRESET),--preset $(PRESET)) \
+	  --overlay params-smoke.yaml --out $(SMOKE)/params.yaml
 	cd $(SMOKE) && MLFLOW_TRACKING_URI=sqlite:///$(CURDIR)/mlflow.db \
-	  REPRODQN_MLFLOW_EXPERIMENT=reprodqn-smoke dvc repro
+	  REPRODQN_MLFLOW_EXPERIMENT=reprodqn-smoke$(if $(PRESET),-$(PRESET)) dvc repro
 	@echo "smoke: report in $(SMOKE)/reports/report.md; MLflow: make ui"
 
 test: $(STAMP)
@@ -69,6 +72,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/replay_memory.py
 	$(BIN)/python bench/train_throughput.py
 	$(BIN)/python bench/eval_throughput.py
+	$(BIN)/python bench/per_overhead.py
 
 # The README's module table, from the package's own docstrings (a test checks it).
 readme: $(STAMP)

@@ -1,5 +1,7 @@
 """The DQN agent: epsilon-greedy acting from the exploration stream, the Q-learning update
-(Huber loss against a target network), and the target copy."""
+(Huber loss against a target network), and the target copy; Double DQN as a one-method
+override, and the prioritized-replay learning rule (importance weights, new priorities)
+through `priority` when replay is prioritized."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from reprodqn import priority
 from reprodqn.network import build_q_network
 
 
@@ -80,15 +83,17 @@ class DQNAgent:
 
     def __init__(self, agent_config, n_actions: int, history_length: int, screen_size: int,
                  device: torch.device, init_generator: torch.Generator,
-                 learning_starts: int, reward_clip: float):
+                 learning_starts: int, reward_clip: float, priority_config=None):
         self.config = agent_config
+        self.priority = priority_config  # None: uniform replay, the authors' rule
         self.n_actions = n_actions
         self.device = device
         self.learning_starts = learning_starts
         self.reward_clip = reward_clip
         self.epsilon = AnnealedEpsilon(agent_config)
         self.online = build_q_network(agent_config.network, n_actions, history_length,
-                                      screen_size, init_generator).to(device)
+                                      screen_size, init_generator,
+                                      agent_config.dueling).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self.optimizer = RMSprop(self.online.parameters(), lr=agent_config.learning_rate,
                                  alpha=agent_config.rmsprop_alpha, eps=agent_config.rmsprop_eps)
@@ -118,37 +123,93 @@ class DQNAgent:
         if step > self.learning_starts:
             self.epsilon.anneal()
             if step % self.config.update_every == 0:
-                loss = self.update(replay.sample(self.config.batch_size, rng))
+                batch = replay.sample(self.config.batch_size, rng)
+                if self.priority is None:
+                    loss = self.update(batch)
+                else:
+                    loss = self.update_prioritized(step, batch, replay)
         sync = self.config.target_sync_every
         if (step + 1) % sync == 1 % sync:
             self.sync_target()
         return loss
 
-    def td_target(self, rewards: torch.Tensor, next_states: torch.Tensor,
-                  not_terminal: torch.Tensor) -> torch.Tensor:
-        """r + gamma * max_a Q_target(s', a), zero bootstrap at terminals."""
-        next_q = self.target(next_states).max(dim=1).values
-        if self.config.target_dtype == "float64":  # the authors': per sample, in float64
-            target = rewards.double() + self.config.discount * next_q.double() * not_terminal
-            return target.float()
-        return rewards + self.config.discount * next_q * not_terminal
+    def next_values(self, next_states: torch.Tensor) -> torch.Tensor:
+        """max_a Q_target(s', a): the target network both picks and values the action."""
+        return self.target(next_states).max(dim=1).values
 
-    def update(self, batch: dict[str, np.ndarray]) -> torch.Tensor:
-        """One RMSprop step on a minibatch; returns the loss (a 0-d tensor on the device)."""
+    def td_target(self, rewards: torch.Tensor, next_states: torch.Tensor,
+                  not_terminal: torch.Tensor, discounts: torch.Tensor | None = None
+                  ) -> torch.Tensor:
+        """r + gamma * V(s'), zero bootstrap at terminals; with n-step returns, r is the
+        n-step return (float64) and `discounts` holds gamma^m per sample."""
+        next_q = self.next_values(next_states)
+        gamma = self.config.discount if discounts is None else discounts
+        if self.config.target_dtype == "float64":  # the authors': per sample, in float64
+            target = rewards.double() + gamma * next_q.double() * not_terminal
+            return target.float()
+        if discounts is not None:
+            rewards, gamma = rewards.float(), discounts.float()
+        return rewards + gamma * next_q * not_terminal
+
+    def targets_and_q(self, batch: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The TD targets (no gradient) and Q(s, a) of a minibatch."""
         device = self.device
         states = torch.from_numpy(batch["states"]).to(device)
         next_states = torch.from_numpy(batch["next_states"]).to(device)
         actions = torch.from_numpy(batch["actions"].astype(np.int64)).to(device)
         rewards = torch.from_numpy(batch["rewards"]).to(device)
         not_terminal = torch.from_numpy(~batch["terminals"]).to(device)
+        discounts = batch.get("discounts")
+        if discounts is not None:
+            discounts = torch.from_numpy(discounts).to(device)
         with torch.no_grad():
-            targets = self.td_target(rewards, next_states, not_terminal)
+            targets = self.td_target(rewards, next_states, not_terminal, discounts)
         q = self.online(states).gather(1, actions.unsqueeze(1)).squeeze(1)
-        loss = F.smooth_l1_loss(q, targets)
+        return targets, q
+
+    def update(self, batch: dict[str, np.ndarray],
+               weights: torch.Tensor | None = None) -> torch.Tensor:
+        """One RMSprop step on a minibatch; returns the loss (a 0-d tensor on the device).
+        With importance weights the loss is the mean of the weighted per-sample losses."""
+        targets, q = self.targets_and_q(batch)
+        if weights is None:
+            loss = F.smooth_l1_loss(q, targets)
+        else:
+            loss = (weights * F.smooth_l1_loss(q, targets, reduction="none")).mean()
+        self.td_errors = (targets - q).detach()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
         return loss.detach()
+
+    def update_prioritized(self, step: int, batch: dict, replay) -> torch.Tensor:
+        """The update with importance weights (unless off), then the sampled transitions'
+        new priorities from their TD errors before the step (Schaul et al. 2016)."""
+        weights = priority.importance_weights(batch, self.priority,
+                                              step - self.learning_starts)
+        if weights is not None:
+            weights = torch.from_numpy(weights).to(self.device)
+        errors = np.abs(self.window_td_errors(batch))  # before the update changes them
+        loss = self.update(batch, weights)
+        errors[:, 0] = np.abs(self.td_errors.cpu().numpy().astype(np.float64))
+        replay.set_priorities(batch["indices"], priority.mixture(errors, self.priority.eta))
+        return loss
+
+    def window_td_errors(self, batch: dict) -> np.ndarray:
+        """TD errors over each sample's n-step window (R2D2's priority mixture): column k
+        is the n-step TD error of the transition k steps later in the same episode, NaN
+        where there is none; column 0 is filled from the update itself."""
+        positions = batch.get("window")
+        errors = np.full((len(batch["indices"]), 1 if positions is None else
+                          positions["valid"].shape[1]), np.nan)
+        if positions is None or self.priority.eta == 0:
+            return errors
+        later = positions["transitions"]
+        if len(later["indices"]):
+            with torch.no_grad():
+                targets, q = self.targets_and_q(later)
+            errors[positions["valid"]] = (targets - q).cpu().numpy().astype(np.float64)
+        return errors
 
     def sync_target(self) -> None:
         self.target.load_state_dict(self.online.state_dict())
@@ -183,3 +244,17 @@ class DQNAgent:
         optimizer_state = self.optimizer.state_dict()
         optimizer_state["state"] = slots
         self.optimizer.load_state_dict(optimizer_state)
+
+
+class DoubleDQNAgent(DQNAgent):
+    """Double DQN (van Hasselt et al. 2016): the online network picks argmax_a Q(s', a),
+    the target network gives its value; everything else is DQN's."""
+
+    def next_values(self, next_states: torch.Tensor) -> torch.Tensor:
+        best = self.online(next_states).argmax(dim=1, keepdim=True)
+        return self.target(next_states).gather(1, best).squeeze(1)
+
+
+def make_agent(agent_config, *args, **kwargs) -> DQNAgent:
+    """The agent a config names: DQN, or Double DQN when agent.double."""
+    return (DoubleDQNAgent if agent_config.double else DQNAgent)(agent_config, *args, **kwargs)

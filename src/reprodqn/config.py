@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from reprodqn import params_files, rng
 from reprodqn.errors import InputError
+from reprodqn.variants import VARIANT_DEFAULTS, check_n_step
 
 GROUP_NAMES = ("deterministic", "gpu", "environment", "exploration", "initialization", "minibatch")
 
@@ -80,6 +81,18 @@ class AgentConfig(_Frozen):
         "float64", description="Precision of r + gamma max Q' before it is stored in float32 "
         "(the authors: float64)."
     )
+    double: bool = Field(
+        False, description="Double DQN target (van Hasselt et al. 2016): the online network "
+        "picks argmax_a Q(s', a), the target network values it."
+    )
+    dueling: bool = Field(
+        False, description="Dueling head (Wang et al. 2016): Q = V + A - mean_a A, on the "
+        "same torso."
+    )
+    n_step: PositiveInt = Field(
+        1, description="Steps summed in the return before bootstrapping, cut at terminals "
+        "and episode ends (1: the authors' one-step target)."
+    )
 
 
 class ReplayConfig(_Frozen):
@@ -92,6 +105,30 @@ class ReplayConfig(_Frozen):
     episode_time_wraps: bool = Field(
         True, description="Keep each transition's step-in-episode in 8 bits, as the authors' "
         "uint8 episode_time, so sampled windows across a 256-step wrap are dropped too."
+    )
+    prioritized: bool = Field(
+        False, description="Proportional prioritized replay (Schaul et al. 2016; settings in "
+        "the priority section); false: the authors' uniform sampling."
+    )
+
+
+class PriorityConfig(_Frozen):
+    """Prioritized replay: used only when replay.prioritized is true."""
+
+    alpha: Probability = Field(0.6, description="Priority exponent: P(i) ~ p_i^alpha.")
+    beta_start: Probability = Field(0.4, description="Importance-sampling exponent at first.")
+    beta_steps: PositiveInt = Field(
+        20_000_000, description="Agent steps after learning_starts over which beta rises "
+        "linearly to 1."
+    )
+    eps: Annotated[float, Field(gt=0.0)] = Field(1e-6, description="Added to every |delta|.")
+    importance_weights: bool = Field(
+        True, description="Weight each sample's loss by (N P(i))^-beta / max over the batch; "
+        "false: no weights (R2D2)."
+    )
+    eta: Probability = Field(
+        0.0, description="R2D2 mixture: p = eta max|delta| + (1 - eta) mean|delta| over the "
+        "n-step window's TD errors; 0 = plain |delta| of the sampled transition."
     )
 
 
@@ -245,6 +282,7 @@ class Params(_Frozen):
     evaluation: EvaluationConfig = EvaluationConfig()
     start_states: StartStatesConfig = StartStatesConfig()
     ranker: RankerConfig = RankerConfig()
+    priority: PriorityConfig = PriorityConfig()
 
     @model_validator(mode="after")
     def _evaluation_fits(self) -> Params:
@@ -253,6 +291,7 @@ class Params(_Frozen):
                 f"evaluation.episodes ({self.evaluation.episodes}) exceeds "
                 f"start_states.selected ({self.start_states.selected})"
             )
+        check_n_step(self)
         return self
 
 
@@ -267,24 +306,39 @@ class RunConfig(_Frozen):
     train: TrainConfig
     seeds: SeedsConfig
     compute: ComputeConfig
+    priority: PriorityConfig = PriorityConfig()
+
+    @model_validator(mode="after")
+    def _n_step_fits(self) -> RunConfig:
+        check_n_step(self)
+        return self
 
     def digest(self) -> str:
         """SHA-256 of everything that determines the run's outputs (not its name, nor the
         resume interval, which changes when state is saved but no result)."""
-        body = self.model_dump(mode="json", exclude={"group": True, "run": True,
-                                                     "train": {"resume_every"}})
-        return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+        return self._digest(compute=True)
 
     def experiment_digest(self) -> str:
         """The digest without `compute`: the same experiment computed with other threads
         or another instruction set (what a trace compares across machines)."""
-        body = self.model_dump(mode="json", exclude={"group": True, "run": True,
-                                                     "train": {"resume_every"},
-                                                     "compute": True})
+        return self._digest(compute=False)
+
+    def _digest(self, compute: bool) -> str:
+        """The variant knobs at their defaults (the authors' DQN), and the priority section
+        unless replay is prioritized, are left out: they change nothing then, and runs
+        trained before they existed keep their digests."""
+        exclude = {"group": True, "run": True, "train": {"resume_every"}}
+        body = self.model_dump(mode="json", exclude=exclude if compute else
+                               {**exclude, "compute": True})
+        for section, defaults in VARIANT_DEFAULTS.items():
+            body[section] = {k: v for k, v in body[section].items()
+                             if k not in defaults or defaults[k] != v}
+        if not self.replay.prioritized:
+            del body["priority"]
         return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
-RUN_SECTIONS = ("env", "agent", "replay", "train", "seeds", "compute")
+RUN_SECTIONS = ("env", "agent", "replay", "train", "seeds", "compute", "priority")
 
 
 def canonical_json(value: Any) -> str:
@@ -296,13 +350,15 @@ def canonical_json(value: Any) -> str:
 
 
 def load_params(path: str | Path = "params.yaml", overrides: list[str] | tuple = (),
-                overlay: str | Path | None = None) -> Params:
-    """Read params.yaml, apply an overlay file (a partial params file, e.g. the smoke
-    scale) and `--set key.path=value` overrides, validate. Raises InputError."""
+                overlay: str | Path | list | None = None) -> Params:
+    """Read params.yaml, apply overlay files in order (partial params files, e.g. a variant
+    preset, then the smoke scale) and `--set key.path=value` overrides, validate. Raises
+    InputError."""
     raw = params_files.load_raw(path)
     origin = {}
-    if overlay is not None:
-        params_files.merge(raw, params_files.load_raw(overlay), [], str(overlay))
+    overlays = [] if overlay is None else overlay if isinstance(overlay, list) else [overlay]
+    for item in overlays:
+        params_files.merge(raw, params_files.load_raw(item), [], str(item))
     for item in overrides:
         key, value = params_files.parse_override(item)
         params_files.set_dotted(raw, key, value, source=f"--set {item}")

@@ -157,7 +157,7 @@ def load_network(path: Path, expected_sha256: str | None, device: torch.device) 
     """A Q-network from a checkpoint, after checking its hash."""
     tensors, meta = load_weights(path, expected_sha256)
     net = QNetwork(meta["network"], int(meta["n_actions"]), int(meta["history_length"]),
-                   int(meta["screen_size"]))
+                   int(meta["screen_size"]), dueling=meta.get("dueling") == "True")
     net.load_state_dict(tensors)
     return net.to(device).eval()
 

@@ -1,4 +1,7 @@
-"""The Q-networks of Mnih et al.: Nature 2015 (the paper's main text) and NIPS 2013.
+"""The Q-networks of Mnih et al.: Nature 2015 (the paper's main text) and NIPS 2013, with
+one Q head or a dueling head: a value and an advantage stream on the same torso.
+
+Dueling (Wang et al. 2016): Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a').
 
 Layers are built without initialisation (`skip_init`) and then initialised from the init
 stream alone, with PyTorch's default scheme: weights and biases uniform in
@@ -21,10 +24,17 @@ ARCHITECTURES = {
 }
 
 
-class QNetwork(nn.Module):
-    """uint8 frame stacks (B, history, H, W) -> Q-values (B, n_actions)."""
+def _head(features: int, hidden: int, outputs: int) -> list[nn.Module]:
+    return [skip_init(nn.Linear, features, hidden), nn.ReLU(),
+            skip_init(nn.Linear, hidden, outputs)]
 
-    def __init__(self, kind: str, n_actions: int, history_length: int, screen_size: int):
+
+class QNetwork(nn.Module):
+    """uint8 frame stacks (B, history, H, W) -> Q-values (B, n_actions). Dueling: `layers`
+    is the torso alone, and each stream has its own hidden layer of the torso's width."""
+
+    def __init__(self, kind: str, n_actions: int, history_length: int, screen_size: int,
+                 dueling: bool = False):
         super().__init__()
         convs, hidden = ARCHITECTURES[kind]
         layers: list[nn.Module] = []
@@ -32,17 +42,23 @@ class QNetwork(nn.Module):
         for out_channels, kernel, stride in convs:
             layers += [skip_init(nn.Conv2d, channels, out_channels, kernel, stride), nn.ReLU()]
             channels, side = out_channels, (side - kernel) // stride + 1
-        layers += [
-            nn.Flatten(),
-            skip_init(nn.Linear, channels * side * side, hidden),
-            nn.ReLU(),
-            skip_init(nn.Linear, hidden, n_actions),
-        ]
-        self.layers = nn.Sequential(*layers)
+        layers.append(nn.Flatten())
+        features = channels * side * side
+        if dueling:
+            self.layers = nn.Sequential(*layers)
+            self.value = nn.Sequential(*_head(features, hidden, 1))
+            self.advantage = nn.Sequential(*_head(features, hidden, n_actions))
+        else:
+            self.layers = nn.Sequential(*layers, *_head(features, hidden, n_actions))
         self.kind = kind
+        self.dueling = dueling
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        return self.layers(frames.float() / 255.0)
+        x = self.layers(frames.float() / 255.0)
+        if not self.dueling:
+            return x
+        advantage = self.advantage(x)
+        return self.value(x) + (advantage - advantage.mean(dim=1, keepdim=True))
 
 
 @torch.inference_mode()
@@ -67,11 +83,12 @@ def q_values(net: QNetwork, states: np.ndarray, chunk: int) -> np.ndarray:
 
 
 def build_q_network(kind: str, n_actions: int, history_length: int, screen_size: int,
-                    generator: torch.Generator) -> QNetwork:
-    """A Q-network on the CPU whose weights depend on `generator` only."""
-    net = QNetwork(kind, n_actions, history_length, screen_size)
+                    generator: torch.Generator, dueling: bool = False) -> QNetwork:
+    """A Q-network on the CPU whose weights depend on `generator` only (layer by layer in
+    order: torso, then value, then advantage stream)."""
+    net = QNetwork(kind, n_actions, history_length, screen_size, dueling)
     with torch.no_grad():
-        for layer in net.layers:
+        for layer in net.modules():
             if isinstance(layer, nn.Conv2d | nn.Linear):
                 fan_in = layer.weight[0].numel()
                 bound = 1.0 / math.sqrt(fan_in)

@@ -15,6 +15,16 @@ of each episode, whose acting state had zero padding, are never learned from. ep
 is uint8 in their code, so windows across each 256-step wrap are dropped too
 (replay.episode_time_wraps). An episode cut without a terminal (the evaluation cut, a
 truncation) leaves one transition whose s' starts the next episode, as in their code.
+
+n-step returns (agent.n_step > 1) are computed when sampled, from the stored rewards, so
+memory stays one frame per step: index i stands for s_i, a_i, G = sum_{k<m} gamma^k r_{i+k}
+and the state after step i+m-1, bootstrapped with gamma^m. The window stops at m < n when
+step i+m-1 was terminal (a life loss with life_loss_ends_episode; no bootstrap), or when
+step i+m began a new episode without one (a cut: bootstrap from the last state before it).
+A per-slot `starts` flag records episode beginnings exactly (episode_time wraps at 256);
+with n > 1 the transition whose s and a straddle a cut is not sampled, and the window
+i-history..i+n-1 must not touch the write position. Indices are drawn from [history,
+size - n], the authors' range when n = 1.
 """
 
 from __future__ import annotations
@@ -27,8 +37,12 @@ MAX_REDRAWS = 1_000_000  # their loop would spin forever; a buffer this bad is a
 
 class ReplayMemory:
     def __init__(self, capacity: int, history_length: int, frame_size: int,
-                 episode_time_wraps: bool = True):
+                 episode_time_wraps: bool = True, n_step: int = 1, discount: float = 0.99):
         self.capacity = capacity
+        self.n_step = n_step
+        self.discount = discount
+        # n > 1 only: which slots hold an episode's first step (exact, unlike episode_time)
+        self.starts = np.zeros(capacity if n_step > 1 else 0, dtype=bool)
         self.history_length = history_length
         self.frames = np.zeros((capacity, frame_size, frame_size), dtype=np.uint8)
         self.actions = np.zeros(capacity, dtype=np.uint8)
@@ -46,7 +60,10 @@ class ReplayMemory:
 
     @property
     def nbytes(self) -> int:
-        return sum(getattr(self, name).nbytes for name in _ARRAYS)
+        return sum(getattr(self, name).nbytes for name in self._arrays())
+
+    def _arrays(self) -> tuple[str, ...]:
+        return (*_ARRAYS, "starts") if self.n_step > 1 else _ARRAYS
 
     # -- writing -----------------------------------------------------------------------------
     def add(self, frame: np.ndarray, action: int, reward: float, terminal: bool,
@@ -58,6 +75,8 @@ class ReplayMemory:
         self.actions[i] = action
         self.rewards[i] = reward
         self.terminals[i] = terminal
+        if self.n_step > 1:
+            self.starts[i] = episode_time == 0
         self.episode_time[i] = (episode_time % self.time_modulus if self.time_modulus
                                 else episode_time)
         self.size = max(self.size, i + 1)
@@ -66,17 +85,25 @@ class ReplayMemory:
     # -- sampling ----------------------------------------------------------------------------
     def valid(self, index: int) -> bool:
         """Whether index can be sampled (their three checks, in their order)."""
-        h = self.history_length
-        if index >= self.cursor and index - h < self.cursor:
+        h, n = self.history_length, self.n_step
+        if index + n - 1 >= self.cursor and index - h < self.cursor:
             return False
+        return self.history_valid(index)
+
+    def history_valid(self, index: int) -> bool:
+        """The checks that stay true until slot `index` is overwritten: s is 4 frames of one
+        episode (and, with n > 1, a_i belongs to that episode too)."""
+        h, n = self.history_length, self.n_step
         if self.terminals[index - h:index].any():
             return False
         times = self.episode_time[index - h:index]
-        return bool((times[:-1] < times[1:]).all())
+        if not (times[:-1] < times[1:]).all():
+            return False
+        return n == 1 or not self.starts[index]  # n > 1: s and a_i from one episode
 
     def sample_indices(self, batch_size: int, rng) -> np.ndarray:
         """Draw until batch_size valid indices are found; invalid draws are dropped."""
-        low, high = self.history_length, self.size - 1
+        low, high = self.history_length, self.size - self.n_step
         if high <= low:
             raise ValueError(f"replay memory holds {self.size} transitions; sampling needs at "
                              f"least {self.history_length + 2}")
@@ -93,7 +120,12 @@ class ReplayMemory:
         return np.array(indices, dtype=np.int64)
 
     def sample(self, batch_size: int, rng) -> dict[str, np.ndarray]:
-        indices = self.sample_indices(batch_size, rng)
+        return self.transitions(self.sample_indices(batch_size, rng))
+
+    def transitions(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """The transitions at valid indices (n-step ones when n > 1)."""
+        if self.n_step > 1:
+            return self.n_step_transitions(indices)
         frames = self.frames[indices[:, None] + self._window[None, :]]  # s and s' share 3
         return {
             "indices": indices,
@@ -104,15 +136,39 @@ class ReplayMemory:
             "next_states": frames[:, 1:],
         }
 
+    def n_step_transitions(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """s_i, a_i, the n-step return G (float64), gamma^m (0 after a terminal) and the
+        state after step i+m-1, for indices whose window i..i+n-1 is written."""
+        n, h = self.n_step, self.history_length
+        window = indices[:, None] + np.arange(n)[None, :]
+        ended = self.terminals[window]
+        cut = self.starts[window]
+        cut[:, 0] = False
+        stop_cut = np.where(cut.any(axis=1), cut.argmax(axis=1), n)  # m = k: k starts anew
+        stop_end = np.where(ended.any(axis=1), ended.argmax(axis=1) + 1, n + 1)  # m = k + 1
+        length = np.minimum(np.minimum(stop_cut, stop_end), n)
+        terminal = stop_end <= np.minimum(stop_cut, n)
+        rewards = self.rewards[window].astype(np.float64)
+        returns = np.zeros(len(indices), dtype=np.float64)
+        for k in range(n):  # r_i + gamma r_{i+1} + ..., term by term in a fixed order
+            returns += np.where(k < length, self.discount ** k * rewards[:, k], 0.0)
+        discounts = np.where(terminal, 0.0, self.discount ** length.astype(np.float64))
+        last = indices + length - 1  # s' = frames last-h+1 .. last
+        state_frames = self.frames[indices[:, None] + np.arange(-h, 0)[None, :]]
+        next_frames = self.frames[last[:, None] + np.arange(-h + 1, 1)[None, :]]
+        return {"indices": indices, "states": state_frames, "actions": self.actions[indices],
+                "rewards": returns, "terminals": terminal, "discounts": discounts,
+                "next_states": next_frames, "lengths": length}
+
     # -- exact resume ------------------------------------------------------------------------
     def get_state(self) -> dict:
         """The write position and the filled part of every array (views, not copies)."""
-        arrays = {name: getattr(self, name)[: self.size] for name in _ARRAYS}
+        arrays = {name: getattr(self, name)[: self.size] for name in self._arrays()}
         return {"cursor": self.cursor, "size": self.size, **arrays}
 
     def set_state(self, state: dict) -> None:
         size = int(state["size"])
-        for name in _ARRAYS:
+        for name in self._arrays():
             source = state[name]
             if source.shape[0] != size:
                 raise ValueError(f"replay array {name} holds {source.shape[0]} rows, not {size}")

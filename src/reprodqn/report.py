@@ -116,7 +116,8 @@ def learning_curves_runs_csv(study) -> str:
     return buffer.getvalue()
 
 
-def write_report(study, out_dir: Path, scale_note: str = "", audit: dict | None = None) -> dict:
+def write_report(study, out_dir: Path, scale_note: str = "", audit: dict | None = None,
+                 algorithm: str = "DQN") -> dict:
     out_dir = Path(out_dir)
     table = table1(study)
     tests = variance_tests(study)
@@ -148,7 +149,7 @@ def write_report(study, out_dir: Path, scale_note: str = "", audit: dict | None 
     }
     write_json(out_dir / "metrics.json", metrics)
     markdown = report_markdown(study, table, tests, replicability, device, scale_note, parting,
-                               audit)
+                               audit, algorithm)
     write_text(out_dir / "report.md", markdown)
     write_text(out_dir / "report.html", report_html.render(markdown, out_dir))
     return {"metrics": metrics, "figures": [str(p) for p in figures]}
@@ -196,9 +197,10 @@ def divergence_lines(parting: dict[str, dict], device: dict) -> list[str]:
 
 
 def report_markdown(study, table, tests, replicability, device, scale_note: str,
-                    parting: dict | None = None, audit: dict | None = None) -> str:
+                    parting: dict | None = None, audit: dict | None = None,
+                    algorithm: str = "DQN") -> str:
     runs = sum(1 for runs in study.values() for r in runs if r.steps)
-    lines = ["# Report: deterministic DQN on Breakout", ""]
+    lines = [f"# Report: deterministic {algorithm} on Breakout", ""]
     if scale_note:
         lines += [f"> {scale_note}", ""]
     lines += [f"{runs} evaluated runs. {device['text']}", "",

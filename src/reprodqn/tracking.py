@@ -29,6 +29,7 @@ from reprodqn import workspace
 from reprodqn.config import RUN_SECTIONS, canonical_json
 from reprodqn.events import Finished, ProcessRecord, Started
 from reprodqn.files import read_json
+from reprodqn.variants import algorithm_name
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no phoning home from a study
 
@@ -197,6 +198,7 @@ class RunTracker:
             return
         seeds = config.seeds.model_dump()
         tags = {**identity, **parent, "mlflow.runName": f"{config.group}/{config.run}",
+                f"{TAG}algorithm": algorithm_name(config),
                 f"{TAG}seeds": json.dumps(seeds, sort_keys=True),
                 f"{TAG}device": (conditions or {}).get("device_name", "unknown"),
                 f"{TAG}git_commit": str(((conditions or {}).get("bundle") or {}).get("commit"))}
@@ -345,7 +347,7 @@ def study_run(params, fingerprint: str | None) -> str:
     if existing is not None:
         client.update_run(existing.info.run_id, status="RUNNING")
         return existing.info.run_id
-    tags = {**identity, "mlflow.runName": "study",
+    tags = {**identity, "mlflow.runName": "study", f"{TAG}algorithm": algorithm_name(params),
             f"{TAG}groups": ",".join(params.study.groups),
             f"{TAG}runs_per_group": str(params.study.runs_per_group),
             "mlflow.note.content": f"The study: {len(params.study.groups)} groups x "

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from reprodqn import determinism, provenance, resume, workspace
-from reprodqn.agent import DQNAgent
+from reprodqn.agent import make_agent
 from reprodqn.atari import FrameHistory, TrainingEnv
 from reprodqn.checkpoints import cpu_weights, save_weights
 from reprodqn.config import RunConfig
@@ -42,6 +42,7 @@ from reprodqn.events import (
     Stepped,
 )
 from reprodqn.files import append_line, truncate, write_json
+from reprodqn.prioritized import PrioritizedReplay, check_memory
 from reprodqn.replay import ReplayMemory
 from reprodqn.rng import TRAINING_STREAMS, Streams, torch_generator
 
@@ -58,6 +59,18 @@ def chain_losses(chain: str, losses: np.ndarray) -> str:
     for value in losses.astype(np.float32, copy=False):
         state = hashlib.sha256(state + struct.pack("<f", value)).digest()
     return state.hex()
+
+
+def build_replay(config: RunConfig) -> ReplayMemory | PrioritizedReplay:
+    """The authors' uniform replay, with n-step returns when agent.n_step > 1, wrapped in
+    proportional prioritized sampling when replay.prioritized."""
+    env_cfg = config.env
+    if config.replay.prioritized:  # before anything is allocated
+        check_memory(config.replay.capacity, env_cfg.screen_size)
+    memory = ReplayMemory(config.replay.capacity, env_cfg.history_length, env_cfg.screen_size,
+                          config.replay.episode_time_wraps, config.agent.n_step,
+                          config.agent.discount)
+    return PrioritizedReplay(memory, config.priority) if config.replay.prioritized else memory
 
 
 @dataclass
@@ -87,11 +100,11 @@ class Run:
         sticky = self.streams["sticky"] if env_cfg.sticky_p > 0 else None
         self.env = TrainingEnv(env_cfg, sticky, self.streams["noop"])
         self.history = FrameHistory(env_cfg.history_length, env_cfg.screen_size)
-        self.replay = ReplayMemory(config.replay.capacity, env_cfg.history_length,
-                                   env_cfg.screen_size, config.replay.episode_time_wraps)
-        self.agent = DQNAgent(config.agent, self.env.n_actions, env_cfg.history_length,
-                              env_cfg.screen_size, device, torch_generator(seeds["init"]),
-                              config.replay.learning_starts, env_cfg.reward_clip)
+        self.replay = build_replay(config)
+        self.agent = make_agent(config.agent, self.env.n_actions, env_cfg.history_length,
+                                env_cfg.screen_size, device, torch_generator(seeds["init"]),
+                                config.replay.learning_starts, env_cfg.reward_clip,
+                                config.priority if config.replay.prioritized else None)
         self.step = 0
         self.updates = 0
         self.loss_chain = EMPTY_CHAIN
@@ -300,6 +313,7 @@ def _checkpoint(run: Run) -> CheckpointWritten:
         "step": run.step, "network": run.config.agent.network,
         "n_actions": run.env.n_actions, "history_length": run.config.env.history_length,
         "screen_size": run.config.env.screen_size,
+        **({"dueling": True} if run.config.agent.dueling else {}),  # default: as before
     })
     line = {"step": run.step, "weights_sha256": digest, "loss_chain_sha256": run.loss_chain,
             "updates": run.updates}

@@ -1,0 +1,138 @@
+"""Does the agent learn? Train one variant at the paper's hyperparameters and, at each
+checkpoint, print on `--states` of the authors' start states (default 20):
+
+- the greedy evaluation score (the paper's protocol: start sequence, then greedy play for
+  at most `--max-frames` emulator frames, life losses relaunched),
+- the mean max_a Q over those start states (the Nature paper's "average action value"),
+- how many distinct greedy actions the network picks across them,
+
+beside the same three for the step-0 network and for a uniform-random policy (its own
+seeded generator), so a score that has not left those baselines is visible at once.
+Only the epsilon schedule, the learning start and the replay size may be shortened by
+flags; every other value is params.yaml's (plus the variant's preset). Not for CI: a
+meaningful check is >= 500K agent steps (about 2-3 hours per 500K steps on one core).
+
+    .venv/bin/python bench/learning_check.py --preset double --steps 500000 \\
+        --epsilon-decay-steps 100000 --learning-starts 20000 --capacity 300000 \\
+        --checkpoint-every 50000 --out build/learning-check/double
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
+from reprodqn.config import load_params  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
+
+import torch  # noqa: E402
+
+from reprodqn import start_states  # noqa: E402
+from reprodqn.config import resolve_run  # noqa: E402
+from reprodqn.evaluate import (  # noqa: E402
+    EpisodeSpec,
+    Protocol,
+    end_state_histories,
+    load_network,
+    play,
+)
+from reprodqn.events import CheckpointWritten  # noqa: E402
+from reprodqn.network import q_values  # noqa: E402
+from reprodqn.train import train  # noqa: E402
+from reprodqn.variants import algorithm_name, preset_path  # noqa: E402
+
+
+class RandomPolicy(torch.nn.Module):
+    """Uniform-random actions: random Q-values from its own seeded generator."""
+
+    def __init__(self, n_actions: int, seed: int = 0):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(()), requires_grad=False)
+        self.n_actions = n_actions
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        return torch.rand(len(frames), self.n_actions, generator=self.generator)
+
+
+def probe(net, protocol: Protocol, sequences, histories) -> dict:
+    """Greedy score, mean max-Q and distinct greedy actions on the start states."""
+    specs = [EpisodeSpec(k, start_sequence=k) for k in range(len(sequences))]
+    scores = [r.score for r in play(net, specs, protocol, sequences)]
+    q = q_values(net, histories, protocol.chunk)
+    return {"score": float(np.mean(scores)), "max_q": float(q.max(axis=1).mean()),
+            "greedy_actions": int(len(np.unique(q.argmax(axis=1))))}
+
+
+def config_for(args):
+    overrides = [f"train.steps={args.steps}", f"train.checkpoint_every={args.checkpoint_every}",
+                 f"train.resume_every={args.resume_every}", f"compute.threads={args.threads}",
+                 "compute.device=cpu"]
+    for flag, key in (("epsilon_decay_steps", "agent.epsilon_decay_steps"),
+                      ("learning_starts", "replay.learning_starts"),
+                      ("capacity", "replay.capacity")):
+        if getattr(args, flag) is not None:
+            overrides.append(f"{key}={getattr(args, flag)}")
+    overlay = [preset_path(ROOT / "params.yaml", args.preset)] if args.preset != "dqn" else []
+    params = load_params(ROOT / "params.yaml", overrides, overlay=overlay)
+    return params, resolve_run(params, "deterministic", 0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="dqn", help="dqn, double, dueling, per, r2d2-priority")
+    parser.add_argument("--steps", type=int, default=500_000)
+    parser.add_argument("--checkpoint-every", type=int, default=50_000)
+    parser.add_argument("--resume-every", type=int, default=250_000,
+                        help="resume points (replay included); rerun the command to resume")
+    parser.add_argument("--epsilon-decay-steps", type=int, default=None)
+    parser.add_argument("--learning-starts", type=int, default=None)
+    parser.add_argument("--capacity", type=int, default=None)
+    parser.add_argument("--states", type=int, default=20, help="authors' start states used")
+    parser.add_argument("--max-frames", type=int, default=18_000)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=Path("build/learning-check"))
+    args = parser.parse_args()
+    params, config = config_for(args)
+    doc = start_states.load(ROOT / params.evaluation.start_sequences)
+    sequences = doc["sequences"][:args.states]
+    evaluation = params.evaluation.model_copy(update={"max_frames": args.max_frames})
+    protocol = Protocol.for_run(config, evaluation)
+    histories = end_state_histories(sequences, protocol)
+    print(f"learning check: {algorithm_name(config)}, {args.steps:,} steps, epsilon "
+          f"{config.agent.epsilon_start}->{config.agent.epsilon_final} over "
+          f"{config.agent.epsilon_decay_steps:,} from step {config.replay.learning_starts:,}, "
+          f"replay {config.replay.capacity:,}; {len(sequences)} authors' start states, "
+          f"{args.max_frames} frames; run in {args.out}", flush=True)
+    random_policy = probe(RandomPolicy(4), protocol, sequences, histories)
+    step0 = None
+    header = (f"{'step':>9} {'score':>7} {'max_q':>8} {'acts':>4} | {'step-0':>7} {'max_q':>8} "
+              f"{'acts':>4} | {'random':>7} {'acts':>4} | {'elapsed':>8}")
+    print(header, flush=True)
+    start = time.monotonic()
+    log = args.out / "learning_check.jsonl"
+    for event in train(config, args.out / "run"):
+        if not isinstance(event, CheckpointWritten):
+            continue
+        found = probe(load_network(event.path, event.weights_sha256, torch.device("cpu")),
+                      protocol, sequences, histories)
+        step0 = step0 or found
+        line = {"step": event.step, **found, "step0": step0, "random": random_policy}
+        with open(log, "a") as handle:
+            handle.write(json.dumps(line) + "\n")
+        print(f"{event.step:>9,} {found['score']:>7.2f} {found['max_q']:>8.4f} "
+              f"{found['greedy_actions']:>4} | {step0['score']:>7.2f} {step0['max_q']:>8.4f} "
+              f"{step0['greedy_actions']:>4} | {random_policy['score']:>7.2f} "
+              f"{random_policy['greedy_actions']:>4} | {time.monotonic() - start:>7.0f}s",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
