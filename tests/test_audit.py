@@ -71,3 +71,12 @@ def test_audit_catches_a_draw_from_a_global_rng(config, tmp_path, monkeypatch):
     result = audit.audit(config, 4, tmp_path / "audit.json", tmp_path / "scratch")
     assert result["global_rng_used"] == ["numpy.random"]
     assert "global RNGs drawn from: numpy.random" in audit.summary(result)
+
+
+def test_audit_runs_every_variant_of_the_family(tiny_params, tmp_path):
+    config = resolve_run(tiny_params("replay.prioritized=true", "agent.dueling=true",
+                                     "agent.double=true", "agent.n_step=3"), "deterministic", 0)
+    result = audit.audit(config, 4, tmp_path / "audit.json", tmp_path / "scratch")
+    modules = {m for e in result["ops"] for m in e["modules"]}
+    assert any(m.startswith("online.advantage") for m in modules)  # the dueling head ran
+    assert result["global_rng_used"] == []

@@ -37,7 +37,8 @@ def _exercise(run, recorder: OpRecorder, chunk: int) -> None:
     minibatch can be drawn, then updates, an acting forward, a target copy, an evaluation
     chunk. Updates are called through learn() at steps its cadence updates on."""
     agent, cfg = run.agent, run.config
-    while run.replay.size < cfg.env.history_length + 2 * cfg.agent.batch_size:
+    fill = cfg.env.history_length + cfg.agent.n_step + 4 * cfg.agent.batch_size + 100
+    while len(run.replay) < fill:  # enough valid transitions for any variant's sampler
         run.advance()
     every = cfg.agent.update_every
     first = (cfg.replay.learning_starts // every + 1) * every
