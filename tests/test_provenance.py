@@ -43,7 +43,8 @@ def test_conditions_record_what_the_paper_lists(conditions):
     assert conditions["python"]["version"].startswith("3.11")
     assert conditions["numerics"]["torch_threads"] == 1
     assert "CUBLAS_WORKSPACE_CONFIG" in conditions["numerics"]["environment"]
-    assert {"inside_container", "image_digest", "torch_build"} <= set(conditions["container"])
+    assert {"inside_container", "engine", "image_digest", "torch_build"} <= \
+        set(conditions["container"])
     assert "commit" in conditions["bundle"]
     assert conditions["fingerprint"] == provenance.fingerprint(conditions)
 

@@ -117,11 +117,12 @@ def git_info(root: Path) -> dict:
 
 
 def container_info() -> dict:
-    """Whether this runs in a container (docker's or podman's marker file), and the image:
-    its name and digest (make docker-run passes them) and its torch build (cuda or cpu, the
-    image's REPRODQN_IMAGE_TORCH)."""
-    inside = Path("/.dockerenv").exists() or Path("/run/.containerenv").exists()
-    return {"inside_container": inside,
+    """Whether this runs in a container, and whose: podman's marker file or docker's; the
+    image's name and digest (make docker-run passes them) and its torch build (cuda or cpu,
+    the image's REPRODQN_IMAGE_TORCH)."""
+    engine = ("podman" if Path("/run/.containerenv").exists() else
+              "docker" if Path("/.dockerenv").exists() else None)
+    return {"inside_container": engine is not None, "engine": engine,
             "image": os.environ.get("REPRODQN_IMAGE"),
             "image_digest": os.environ.get("REPRODQN_IMAGE_DIGEST"),
             "torch_build": os.environ.get("REPRODQN_IMAGE_TORCH")}
