@@ -11,12 +11,30 @@ UI_PORT ?= 5000
 IMAGE   ?= reprodqn:latest
 # make bundle RESUME=STEP ships this run's resume point at STEP
 RESUME_RUN ?= deterministic/0
+MLFLOW_DB ?= $(CURDIR)/mlflow.db
+WORKSPACE ?= $(CURDIR)
+TORCH   ?= cuda
+TORCH_WHEELS ?= /opt/wheels
+TORCH_WHEEL  ?= torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+CONTAINER    ?= docker
+PODMAN_FLAGS ?= --runtime runc --cgroup-manager cgroupfs
+USER_ID  ?= $(shell id -u)
+GROUP_ID ?= $(shell id -g)
+ifeq ($(CONTAINER),podman)
+ENGINE    := CONTAINERS_CONF=$(or $(CONTAINERS_CONF),$(CURDIR)/.ci/container/containers.conf) \
+             podman $(PODMAN_FLAGS)
+GPU_FLAGS := --device nvidia.com/gpu=all
+BUILD_FLAGS := --format docker
+else
+ENGINE    := $(CONTAINER)
+GPU_FLAGS := --gpus all
+endif
 
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: venv repro select smoke test test-slow test-slurm bench lint readme ui lock docker-build docker-run \
+.PHONY: venv repro select smoke smoke-workspace test test-slow test-slurm bench lint readme ui lock docker-build docker-run \
         bundle clean
 
 venv: $(STAMP)
@@ -39,11 +57,10 @@ repro: $(STAMP)
 select: $(STAMP)
 	dvc repro start_sequences/dvc.yaml
 
-# The same pipeline at smoke scale (params-smoke.yaml over params.yaml), in a scratch
-# workspace so the real one is untouched; MLflow runs go to this workspace's store.
-# PRESET=double|dueling|per|r2d2-priority runs it for a DQN-family variant
+# The smoke workspace alone (make docker-run WORKSPACE=build/smoke runs it in the image).
+# PRESET=double|dueling|per|r2d2-priority makes it for a DQN-family variant
 # (params-$(PRESET).yaml, applied before the smoke scale).
-smoke: $(STAMP)
+smoke-workspace: $(STAMP)
 	rm -rf $(SMOKE) && mkdir -p $(SMOKE)
 	cp dvc.yaml .dvcignore CITATION.cff $(SMOKE)/ && cp -r .dvc $(SMOKE)/.dvc && rm -rf $(SMOKE)/.dvc/tmp
 	mkdir -p $(SMOKE)/start_sequences && cp start_sequences/dvc.yaml start_sequences/authors* \
@@ -51,7 +68,11 @@ smoke: $(STAMP)
 	cp -r src $(SMOKE)/src && find $(SMOKE)/src -name __pycache__ -prune -exec rm -rf {} +
 	reprodqn params --params params.yaml $(if $(PRESET),--preset $(PRESET)) \
 	  --overlay params-smoke.yaml --out $(SMOKE)/params.yaml
-	cd $(SMOKE) && MLFLOW_TRACKING_URI=sqlite:///$(CURDIR)/mlflow.db \
+
+# The same pipeline at smoke scale (params-smoke.yaml over params.yaml), in a scratch
+# workspace so the real one is untouched; MLflow runs go to this workspace's store.
+smoke: smoke-workspace
+	cd $(SMOKE) && MLFLOW_TRACKING_URI=sqlite:///$(MLFLOW_DB) \
 	  REPRODQN_MLFLOW_EXPERIMENT=reprodqn-smoke$(if $(PRESET),-$(PRESET)) dvc repro
 	@echo "smoke: report in $(SMOKE)/reports/report.md; MLflow: make ui"
 
@@ -98,19 +119,33 @@ lock: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28 --no-header --quiet -o requirements.lock
 
+# The image: TORCH=cuda (default) installs the locked CUDA torch; TORCH=cpu the local
+# torch 2.13.0 CPU wheel from TORCH_WHEELS. BASE overrides the base image (CI: a Debian
+# bookworm from .ci/container/base). CONTAINER=podman runs podman with PODMAN_FLAGS, the
+# flags this machine kind needs as root (runc, cgroupfs, no default ulimits).
 docker-build:
-	docker build -t $(IMAGE) .
+	$(if $(filter-out cuda cpu,$(TORCH))$(filter-out 1,$(words $(TORCH))),\
+	  $(error docker-build: TORCH must be cuda or cpu, not '$(TORCH)'))
+	$(if $(filter cpu,$(TORCH)),$(if $(wildcard $(TORCH_WHEELS)/$(TORCH_WHEEL)),,\
+	  $(error docker-build: TORCH=cpu needs $(TORCH_WHEEL) in TORCH_WHEELS=$(TORCH_WHEELS))))
+	$(ENGINE) build $(BUILD_FLAGS) -t $(IMAGE) --build-arg TORCH=$(TORCH) $(if $(BASE),--build-arg BASE=$(BASE)) \
+	  $(if $(filter cpu,$(TORCH)),--build-context torch-wheels=$(TORCH_WHEELS) \
+	  --build-arg TORCH_WHEEL=$(TORCH_WHEEL) \
+	  --build-arg TORCH_WHEEL_SHA256=$$(sha256sum "$(TORCH_WHEELS)/$(TORCH_WHEEL)" | cut -d' ' -f1)) .
 
 # dvc repro inside the image: all GPUs, the workspace mounted (results, DVC state and the
 # MLflow store stay on the host), as the host user. Without a GPU it runs on the CPU.
+# WORKSPACE picks the directory (default: this one; build/smoke after make smoke-workspace).
 docker-run:
-	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
-	  gpus="--gpus all"; echo "docker-run: with all GPUs"; \
+	$(if $(wildcard $(WORKSPACE)/.),,$(error docker-run: no workspace directory $(WORKSPACE)))
+	@digest=$$($(ENGINE) image inspect --format '{{.Id}}' $(IMAGE) 2>/dev/null) \
+	  || { echo "docker-run: no image $(IMAGE) (make docker-build first)" >&2; exit 2; }; \
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  gpus="$(GPU_FLAGS)"; echo "docker-run: with all GPUs"; \
 	else gpus=""; echo "docker-run: no GPU found; running on the CPU"; fi; \
-	docker run --rm $$gpus --user $$(id -u):$$(id -g) -v "$(CURDIR)":/workspace \
+	set -x; $(ENGINE) run --rm $$gpus --user $(USER_ID):$(GROUP_ID) -v "$(abspath $(WORKSPACE))":/workspace \
 	  -w /workspace -e HOME=/tmp -e REPRODQN_WORKERS \
-	  -e REPRODQN_IMAGE=$(IMAGE) \
-	  -e REPRODQN_IMAGE_DIGEST=$$(docker image inspect --format '{{.Id}}' $(IMAGE)) \
+	  -e REPRODQN_IMAGE=$(IMAGE) -e REPRODQN_IMAGE_DIGEST=sha256:$${digest#sha256:} \
 	  $(IMAGE) dvc repro
 
 # One archive a paper can link to: code, params, dvc.lock, start sequences, conditions,

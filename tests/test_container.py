@@ -1,9 +1,11 @@
-"""What can be checked about the container without a Docker engine."""
+"""What can be checked about the container without building it (test_container_run.py
+builds and runs it with podman)."""
 
 from __future__ import annotations
 
 import ast
 import importlib.metadata
+import os
 import re
 import shutil
 import subprocess
@@ -28,9 +30,11 @@ def locked() -> dict[str, str]:
             for m in re.finditer(r"^([A-Za-z0-9._-]+)==([^\s;\\]+)", LOCK, re.M)}
 
 
-def test_base_image_is_pinned_by_digest_with_its_tag():
-    base = re.search(r"^FROM (\S+)", DOCKERFILE, re.M).group(1)
+def test_base_image_is_an_argument_defaulting_to_cuda_pinned_by_digest_with_its_tag():
+    base = re.search(r"^ARG BASE=(\S+)", DOCKERFILE, re.M).group(1)
     assert re.fullmatch(r"nvidia/cuda:[\w.-]+-runtime-ubuntu\d+\.\d+@sha256:[0-9a-f]{64}", base)
+    assert re.findall(r"^FROM (\S+)", DOCKERFILE, re.M)[-1] == "${BASE}"
+    assert re.search(r"^ARG TORCH=cuda$", DOCKERFILE, re.M)  # GPU users' build by default
 
 
 def declared_distributions() -> set[str]:
@@ -72,12 +76,56 @@ def test_every_third_party_import_of_the_package_is_a_declared_dependency():
 
 
 def test_image_installs_from_the_lock_as_a_non_root_user_with_seeded_numerics():
-    assert "--require-hashes -r /tmp/requirements.lock" in DOCKERFILE
+    assert "cuda) cp /tmp/requirements.lock /tmp/install.txt" in DOCKERFILE
+    assert "--require-hashes \\\n       -r /tmp/install.txt" in DOCKERFILE
     assert re.search(r"PYTHONHASHSEED=0", DOCKERFILE)
     assert re.search(r"CUBLAS_WORKSPACE_CONFIG=:4096:8", DOCKERFILE)
     user = re.findall(r"^USER (\S+)", DOCKERFILE, re.M)[-1]
     assert user.split(":")[0] not in ("0", "root")
-    assert "uv python install 3.11" in DOCKERFILE
+
+
+def test_nothing_comes_from_outside_the_package_registries():
+    # uv from PyPI by version and hash; Python from the base's distribution, never uv's
+    # downloads of prebuilt interpreters
+    assert re.search(r'"uv==[\d.]+ --hash=sha256:[0-9a-f]{64}"', DOCKERFILE)
+    assert "UV_PYTHON_DOWNLOADS=never" in DOCKERFILE and "python3 python3-venv" in DOCKERFILE
+    assert "uv python install" not in DOCKERFILE
+    assert not re.search(r"^(COPY|ADD) --from=\S*/", DOCKERFILE, re.M)  # no other image
+    assert not re.search(r"https?://", re.sub(r"#.*", "", DOCKERFILE))
+
+
+def cpu_lock() -> str:
+    """The lock the CPU image installs: the Dockerfile's own awk program run on it."""
+    program = re.search(r"awk '(.*?)' /tmp/requirements.lock",
+                        DOCKERFILE.replace("\\\n", ""), re.S).group(1)
+    return subprocess.run(["awk", program], input=LOCK, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def torch_cuda_only() -> set[str]:
+    """torch and what only its CUDA build needs: the lock's packages that nothing but
+    torch or other such packages pulls in, less what the CPU wheel itself requires."""
+    via: dict[str, set[str]] = {}
+    for block in re.split(r"\n(?=[A-Za-z0-9])", LOCK.strip()):
+        name = normalize(block.split("==")[0])
+        via[name] = {normalize(m) for m in re.findall(r"#\s+(?:via\s+)?([A-Za-z0-9._-]+)\s*$",
+                                                     block, re.M)} - {"via"}
+    cpu_needs = {normalize(re.match(r"[A-Za-z0-9._-]+", r).group(0))
+                 for r in importlib.metadata.requires("torch") if "extra ==" not in r}
+    dropped = {"torch"}
+    while grown := {n for n, by in via.items() if n not in dropped | cpu_needs
+                    and by and by <= dropped}:
+        dropped |= grown
+    return dropped
+
+
+def test_the_cpu_image_drops_exactly_torch_and_its_cuda_packages_from_the_lock():
+    assert importlib.metadata.version("torch").endswith("+cpu")  # this venv has the CPU wheel
+    kept = {normalize(m) for m in re.findall(r"^([A-Za-z0-9._-]+)==", cpu_lock(), re.M)}
+    dropped = torch_cuda_only()
+    assert kept == set(locked()) - dropped
+    assert "nvidia-ml-py" in kept and "triton" in dropped and "nvidia-cudnn-cu13" in dropped
+    assert all("--hash=sha256:" in b for b in re.split(r"\n(?=[a-z])", cpu_lock().strip()))
 
 
 def test_hadolint_passes_and_every_ignore_is_justified():
@@ -93,9 +141,9 @@ def test_hadolint_passes_and_every_ignore_is_justified():
             assert lines[i - 1].startswith("#") and len(lines[i - 1]) > 20, "unjustified ignore"
 
 
-def make_dry_run(target: str) -> str:
-    result = subprocess.run(["make", "-n", "-C", str(ROOT), target], capture_output=True,
-                            text=True)
+def make_dry_run(target: str, *variables: str) -> str:
+    result = subprocess.run(["make", "-n", "-C", str(ROOT), target, *variables],
+                            capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -106,9 +154,32 @@ def test_makefile_targets_do_what_the_readme_says():
     targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
     for target in set(re.findall(r"\bmake ([a-z][\w-]*)", readme)):
         assert target in targets, f"README mentions `make {target}`, the Makefile lacks it"
-    assert "docker build -t" in make_dry_run("docker-build")
+    assert "docker build  -t reprodqn:latest --build-arg TORCH=cuda" in \
+        make_dry_run("docker-build")
     run = make_dry_run("docker-run")
     assert "docker run" in run and "dvc repro" in run and "--gpus all" in run
-    assert "--user $(id -u):$(id -g)" in run and '-v "' in run
+    assert f"--user {os.getuid()}:{os.getgid()}" in run and f'-v "{ROOT}":/workspace' in run
     assert "REPRODQN_IMAGE_DIGEST" in run and "running on the CPU" in run
     assert "dvc repro" in make_dry_run("repro")
+
+
+def test_podman_and_the_cpu_build_through_make():
+    podman = "podman --runtime runc --cgroup-manager cgroupfs"
+    build = make_dry_run("docker-build", "CONTAINER=podman", "TORCH=cpu", "BASE=base:1")
+    assert f"{podman} build --format docker -t" in build and "--build-arg BASE=base:1" in build
+    assert "--build-context torch-wheels=/opt/wheels" in build
+    assert "--build-arg TORCH_WHEEL_SHA256=$(sha256sum" in build
+    run = make_dry_run("docker-run", "CONTAINER=podman", "WORKSPACE=tests")
+    assert f"{podman} run" in run and "--device nvidia.com/gpu=all" in run
+    assert f'-v "{ROOT}/tests":/workspace' in run
+
+
+@pytest.mark.parametrize("variables, message", [
+    (["TORCH=rocm"], "docker-build: TORCH must be cuda or cpu, not 'rocm'"),
+    (["TORCH=cpu", "TORCH_WHEELS=/nonexistent"], "TORCH=cpu needs torch-2.13.0+cpu"),
+])
+def test_make_docker_build_refuses_bad_input_in_one_line(variables, message):
+    result = subprocess.run(["make", "-C", str(ROOT), "docker-build", *variables],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not result.stdout.count("build")

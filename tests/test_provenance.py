@@ -43,7 +43,8 @@ def test_conditions_record_what_the_paper_lists(conditions):
     assert conditions["python"]["version"].startswith("3.11")
     assert conditions["numerics"]["torch_threads"] == 1
     assert "CUBLAS_WORKSPACE_CONFIG" in conditions["numerics"]["environment"]
-    assert {"inside_container", "image_digest"} <= set(conditions["container"])
+    assert {"inside_container", "engine", "image_digest", "torch_build"} <= \
+        set(conditions["container"])
     assert "commit" in conditions["bundle"]
     assert conditions["fingerprint"] == provenance.fingerprint(conditions)
 
@@ -63,6 +64,7 @@ def test_conditions_record_what_the_paper_lists(conditions):
     (("bundle", "commit"), "0" * 40, False),
     (("cpu", "model"), "another CPU with the same instruction sets", False),
     (("container", "image_digest"), "sha256:" + "1" * 64, False),
+    (("container", "torch_build"), "cuda", False),  # the torch package version says it
 ])
 def test_fingerprint_tracks_only_conditions_that_change_numbers(conditions, path, value,
                                                                changes):

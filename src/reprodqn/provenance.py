@@ -29,7 +29,7 @@ ISA_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx51
 NUMERIC_PACKAGES = ("torch", "numpy", "ale-py", "opencv-python-headless")
 REPORTED_PACKAGES = (*NUMERIC_PACKAGES, "gymnasium", "safetensors", "pydantic", "mlflow",
                      "dvc", "submitit", "nvidia-ml-py")
-IMAGE_ENV = ("REPRODQN_IMAGE", "REPRODQN_IMAGE_DIGEST")
+IMAGE_ENV = ("REPRODQN_IMAGE", "REPRODQN_IMAGE_DIGEST", "REPRODQN_IMAGE_TORCH")
 
 
 def package_version(name: str) -> str | None:
@@ -117,10 +117,15 @@ def git_info(root: Path) -> dict:
 
 
 def container_info() -> dict:
-    inside = Path("/.dockerenv").exists() or Path("/run/.containerenv").exists()
-    return {"inside_container": inside,
+    """Whether this runs in a container, and whose: podman's marker file or docker's; the
+    image's name and digest (make docker-run passes them) and its torch build (cuda or cpu,
+    the image's REPRODQN_IMAGE_TORCH)."""
+    engine = ("podman" if Path("/run/.containerenv").exists() else
+              "docker" if Path("/.dockerenv").exists() else None)
+    return {"inside_container": engine is not None, "engine": engine,
             "image": os.environ.get("REPRODQN_IMAGE"),
-            "image_digest": os.environ.get("REPRODQN_IMAGE_DIGEST")}
+            "image_digest": os.environ.get("REPRODQN_IMAGE_DIGEST"),
+            "torch_build": os.environ.get("REPRODQN_IMAGE_TORCH")}
 
 
 def collect(compute_config, root: Path = Path(".")) -> dict:
