@@ -120,12 +120,15 @@ def test_the_diff_names_actions_and_start_states(config, tmp_path):
     assert "starts from different states" in trace_diff.summary(result)
 
 
-@pytest.mark.parametrize("case", ["garbage", "other-window", "missing"])
+@pytest.mark.parametrize("case", ["garbage", "other-window", "missing", "damaged"])
 def test_trace_diff_bad_input_is_one_line(config, tmp_path, case):
     _trace(config, tmp_path / "a.jsonl", updates=2)
     other = tmp_path / "b.jsonl"
     if case == "garbage":
         other.write_bytes(b"\x00\xffnot json")
+    elif case == "damaged":
+        lines = (tmp_path / "a.jsonl").read_text().splitlines()
+        other.write_text("\n".join([lines[0], '{"update": 1}']))
     elif case == "other-window":
         lines = (tmp_path / "a.jsonl").read_text().splitlines()
         header = json.loads(lines[0])

@@ -15,6 +15,7 @@ OUTPUT_NAMES = {
     "aten.max.dim": ("values", "indices"),
 }
 SAME_WINDOW = ("group", "run", "from_step", "experiment_digest")
+UPDATE_FIELDS = {"update", "step", "actions", "minibatch", "ops"}
 
 
 def load(path: Path) -> tuple[dict, list[dict]]:
@@ -29,6 +30,12 @@ def load(path: Path) -> tuple[dict, list[dict]]:
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise InputError(f"{path}: not a reprodqn trace (expected a first line with "
                          f"format {FORMAT})")
+    missing = [key for key in (*SAME_WINDOW, "compute", "numerics") if key not in header]
+    bad_lines = [n for n, u in enumerate(updates, 2)
+                 if not isinstance(u, dict) or not UPDATE_FIELDS <= set(u)]
+    if missing or bad_lines:
+        raise InputError(f"{path}: damaged trace (header lacks {', '.join(missing) or '-'}; "
+                         f"malformed update lines: {bad_lines[:3] or '-'})")
     return header, updates
 
 
