@@ -28,7 +28,6 @@ def check_bundle(reference: Path) -> None:
 
 def verify(ours: Path, reference: Path, groups, runs_per_group: int) -> dict:
     """Compare every run's chains and evaluation results with the reference copy's."""
-    from reprodqn.provenance import differences, fingerprint_fields
 
     reference = Path(reference)
     check_bundle(reference)
@@ -52,15 +51,21 @@ def verify(ours: Path, reference: Path, groups, runs_per_group: int) -> dict:
     for side, root in (("ours", ours), ("reference", reference)):
         path = workspace.conditions_path(root)
         conditions[side] = read_json(path, "conditions record") if path.exists() else None
-    changed, numeric = [], []
-    if conditions["ours"] and conditions["reference"]:
-        changed = differences(conditions["ours"], conditions["reference"])
-        numeric = differences(fingerprint_fields(conditions["ours"]),
-                              fingerprint_fields(conditions["reference"]))
     return {"identical": first is None, "runs_compared": compared,
-            "first_divergence": first, "conditions_differing": changed,
-            "numeric_conditions_differing": numeric,
-            "cpu_isa": {side: isa_setting(c) for side, c in conditions.items()}}
+            "first_divergence": first,
+            **conditions_differing(conditions["ours"], conditions["reference"])}
+
+
+def conditions_differing(ours: dict | None, theirs: dict | None) -> dict:
+    """Which conditions differ (those that change numbers apart), and each side's ISA."""
+    from reprodqn.provenance import differences, fingerprint_fields
+
+    both = ours is not None and theirs is not None
+    return {"conditions_differing": differences(ours, theirs) if both else [],
+            "numeric_conditions_differing": (differences(fingerprint_fields(ours),
+                                                         fingerprint_fields(theirs))
+                                             if both else []),
+            "cpu_isa": {"ours": isa_setting(ours), "reference": isa_setting(theirs)}}
 
 
 def summary(result: dict) -> str:
@@ -88,7 +93,6 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
     chains with the shipped ones."""
     from reprodqn import rerun
     from reprodqn.progress import Progress
-    from reprodqn.provenance import differences, fingerprint_fields
 
     reference, group, run = Path(reference), config.group, config.run
     if until > config.train.steps:
@@ -104,10 +108,7 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
     theirs_path = reference_run / "conditions.json"
     theirs = read_json(theirs_path, "conditions record") if theirs_path.exists() else ours
     result.update(run=f"{group}/{run}", until=until, from_step=start,
-                  conditions_differing=differences(ours, theirs),
-                  numeric_conditions_differing=differences(fingerprint_fields(ours),
-                                                           fingerprint_fields(theirs)),
-                  cpu_isa={"ours": isa_setting(ours), "reference": isa_setting(theirs)})
+                  **conditions_differing(ours, theirs))
     return result
 
 
