@@ -4,12 +4,15 @@ CUDA (PyTorch's reproducibility notes): deterministic algorithms, cuDNN determin
 no benchmarking, CUBLAS_WORKSPACE_CONFIG set before cuBLAS starts, TF32 off (fp32
 precision "ieee"; torch 2.13 defaults cuDNN convolutions to TF32). The gpu group turns the
 first three off, as the paper's "nondeterministic GPU operations". CPU: the intra-op thread
-count, which changes results, is fixed from params.
+count, which changes results, is fixed from params. Process memory: freed tensor memory
+stays in the heap (`keep_freed_memory`), which changes speed only.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 
 import torch
 
@@ -24,6 +27,32 @@ def resolve_device(requested: str) -> torch.device:
             raise InputError("compute.device: cuda requested but no CUDA device is available")
         return torch.device("cuda", 0)
     return torch.device("cpu")
+
+
+# glibc mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD = 32 << 20  # glibc's ceiling on 64-bit: every per-update buffer is below it
+TRIM_THRESHOLD = 256 << 20
+
+
+def keep_freed_memory() -> dict:
+    """Keep freed tensor memory in the heap for the next update to reuse.
+
+    glibc serves blocks of 128 KB and more (a minibatch as float32, an activation, a
+    gradient) with mmap and unmaps them at free(), so every update page-faults them back in
+    zeroed: ~2,700 minor faults per update at batch 32, measured, against 18 with these
+    thresholds. Numerics are untouched: torch aligns its buffers to 64 bytes either way.
+    Written by hand (mallopt through ctypes) because glibc offers no other run-time switch;
+    GLIBC_TUNABLES would have to be set before the interpreter starts."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return {"malloc": "platform default"}
+    libc = ctypes.CDLL(None)
+    applied = (libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+               and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1)
+    if not applied:
+        return {"malloc": "glibc defaults (mallopt refused)"}
+    return {"malloc": "glibc", "mmap_threshold": MMAP_THRESHOLD,
+            "trim_threshold": TRIM_THRESHOLD}
 
 
 def configure(device_request: str, threads: int,
@@ -62,6 +91,7 @@ def configure(device_request: str, threads: int,
             "mkldnn": torch.backends.mkldnn.fp32_precision,
         },
         "environment": {name: os.environ.get(name) for name in isa.NUMERICS_ENV},
+        "allocator": keep_freed_memory(),
     }
     if device.type == "cuda":
         applied["cuda_version"] = torch.version.cuda
