@@ -54,7 +54,8 @@ class QNetwork(nn.Module):
         self.dueling = dueling
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        x = self.layers(frames.float() / 255.0)
+        # a fresh float32 copy scaled in place: the same bits as x / 255, one buffer fewer
+        x = self.layers(frames.to(torch.float32, copy=True).div_(255.0))
         if not self.dueling:
             return x
         advantage = self.advantage(x)

@@ -1,0 +1,261 @@
+"""One Q-learning update of the study's network (Nature, batch 32, RMSprop, float64
+targets) under the AVX2 floor, taken apart: where its time goes, its FLOPs against the
+machine's AVX2 FP32 peak, and what each speed option tried buys and whether it keeps the
+bits.
+
+Phases are timed with a synchronising clock around each part of `DQNAgent.update`'s own
+code. FLOPs come from torch's FlopCounterMode (convolutions and matrix products; the
+elementwise rest is memory-bound and not counted). The peak is 32 FP32 FLOP per cycle per
+core (two 256-bit FMA pipes, as on Zen 2-5 and Intel since Haswell) at the clock the
+kernel reports. Every option is timed against the baseline in alternating blocks (a drift
+in machine speed hits all alike) and run on the same minibatches from the same start:
+"same bits" means identical weights and optimizer state after every block.
+
+    .venv/bin/python bench/update_options.py [--rounds 6] [--block 10] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
+from reprodqn.config import load_params  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
+
+import torch  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from reprodqn import determinism  # noqa: E402
+from reprodqn.agent import make_agent  # noqa: E402
+from reprodqn.network import QNetwork  # noqa: E402
+
+
+def random_batches(count: int, batch_size: int, rng: np.random.Generator) -> list[dict]:
+    shape = (batch_size, 4, 84, 84)
+    return [{"states": rng.integers(0, 256, shape, dtype=np.uint8),
+             "next_states": rng.integers(0, 256, shape, dtype=np.uint8),
+             "actions": rng.integers(0, 4, batch_size).astype(np.uint8),
+             "rewards": rng.integers(-1, 2, batch_size).astype(np.float32),
+             "terminals": rng.random(batch_size) < 0.01} for _ in range(count)]
+
+
+def core_mhz() -> float:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("cpu MHz"):
+            return float(line.split(":")[1])
+    return float("nan")
+
+
+# -- the options: each a context applied around an agent's updates -----------------------------
+
+def scaled_in_place(frames: torch.Tensor) -> torch.Tensor:
+    return frames.float().div_(255.0)
+
+
+@contextlib.contextmanager
+def in_place_scaling(agent):
+    """uint8 -> float32 then divide in place: one 3.6 MB buffer per batch instead of two."""
+    original = QNetwork.forward
+
+    def forward(self, frames):
+        x = self.layers(scaled_in_place(frames))
+        if not self.dueling:
+            return x
+        advantage = self.advantage(x)
+        return self.value(x) + (advantage - advantage.mean(dim=1, keepdim=True))
+
+    QNetwork.forward = forward
+    try:
+        yield
+    finally:
+        QNetwork.forward = original
+
+
+@contextlib.contextmanager
+def target_inference_mode(agent):
+    """The target forward under inference_mode instead of no_grad (no version counters)."""
+    original = agent.td_target
+
+    def td_target(*args, **kwargs):
+        with torch.inference_mode():
+            targets = original(*args, **kwargs)
+        return targets.clone()  # outside inference mode: an inference tensor can't be saved
+
+    agent.td_target = td_target
+    try:
+        yield
+    finally:
+        del agent.td_target
+
+
+@contextlib.contextmanager
+def channels_last(agent):
+    """Networks and inputs in NHWC, oneDNN's native layout."""
+    for net in (agent.online, agent.target):
+        net.to(memory_format=torch.channels_last)
+    original = QNetwork.forward
+
+    def forward(self, frames):
+        return original(self, frames.contiguous(memory_format=torch.channels_last))
+
+    QNetwork.forward = forward
+    try:
+        yield
+    finally:
+        QNetwork.forward = original
+
+
+@contextlib.contextmanager
+def without_onednn(agent):
+    """torch's own (im2col + GEMM) convolutions instead of oneDNN's."""
+    previous = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = previous
+
+
+@contextlib.contextmanager
+def foreach_rmsprop(agent):
+    """torch.optim.RMSprop's multi-tensor (foreach) implementation, eps and lr the same."""
+    group = agent.optimizer.param_groups[0]
+    original = agent.optimizer
+    replacement = torch.optim.RMSprop(group["params"], lr=group["lr"], alpha=group["alpha"],
+                                      eps=group["eps"], foreach=True)
+    replacement.load_state_dict(original.state_dict())
+    agent.optimizer = replacement
+    try:
+        yield
+    finally:
+        original.load_state_dict(replacement.state_dict())
+        agent.optimizer = original
+
+
+OPTIONS = {
+    "in-place input scaling": in_place_scaling,
+    "target forward under inference_mode": target_inference_mode,
+    "channels-last (NHWC) networks and inputs": channels_last,
+    "convolutions without oneDNN": without_onednn,
+    "foreach (multi-tensor) RMSprop": foreach_rmsprop,
+}
+
+
+# -- phases --------------------------------------------------------------------------------------
+
+def timed_update(agent, batch, clock: dict) -> None:
+    """DQNAgent.update's code with a clock between its parts."""
+    def tick(name, start):
+        now = time.perf_counter()
+        clock[name] = clock.get(name, 0.0) + now - start
+        return now
+
+    t = time.perf_counter()
+    states = torch.from_numpy(batch["states"])
+    next_states = torch.from_numpy(batch["next_states"])
+    actions = torch.from_numpy(batch["actions"].astype(np.int64))
+    rewards = torch.from_numpy(batch["rewards"])
+    not_terminal = torch.from_numpy(~batch["terminals"])
+    t = tick("batch to tensors", t)
+    with torch.no_grad():
+        targets = agent.td_target(rewards, next_states, not_terminal)
+    t = tick("target forward s' and TD target", t)
+    q = agent.online(states).gather(1, actions.unsqueeze(1)).squeeze(1)
+    t = tick("online forward s", t)
+    loss = F.smooth_l1_loss(q, targets)
+    t = tick("Huber loss", t)
+    agent.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    t = tick("backward", t)
+    agent.optimizer.step()
+    tick("RMSprop step", t)
+
+
+def state_of(agent) -> list[torch.Tensor]:
+    return list(agent.tensors().values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--block", type=int, default=10, help="updates per timed block")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    params = load_params(ROOT / "params.yaml")
+    _, applied = determinism.configure("cpu", args.threads, True)
+    agent = make_agent(params.agent, 4, params.env.history_length, params.env.screen_size,
+                       torch.device("cpu"), torch.Generator().manual_seed(0), 0, 1.0)
+    rng = np.random.default_rng(0)
+    batches = random_batches(args.block, params.agent.batch_size, rng)
+    for batch in batches[:3]:  # optimizer state exists, kernels warmed
+        agent.update(batch)
+
+    with FlopCounterMode(display=False) as counter:
+        agent.update(batches[0])
+    flops = counter.get_total_flops()
+    clock: dict[str, float] = {}
+    for _ in range(args.rounds):
+        for batch in batches:
+            timed_update(agent, batch, clock)
+    updates = args.rounds * len(batches)
+    per_update = sum(clock.values()) / updates
+    peak = 32 * core_mhz() * 1e6 * args.threads
+    print(f"one update: Nature network, batch {params.agent.batch_size}, "
+          f"{args.threads} thread(s), ISA {torch.backends.cpu.get_cpu_capability()}, "
+          f"allocator {applied['allocator']['malloc']}")
+    print(f"{'phase':38} {'ms':>8} {'share':>6}")
+    for name, seconds in clock.items():
+        print(f"{name:38} {seconds / updates * 1e3:8.2f} {seconds / sum(clock.values()):6.1%}")
+    print(f"{'total':38} {per_update * 1e3:8.2f}")
+    print(f"FLOPs per update (conv + matmul): {flops / 1e9:.3f} GFLOP -> "
+          f"{flops / per_update / 1e9:.1f} GFLOP/s; AVX2 FP32 peak at {core_mhz():.0f} MHz: "
+          f"{peak / 1e9:.1f} GFLOP/s ({flops / per_update / peak:.0%} of peak)")
+
+    # options: same start, same minibatches, alternating timed blocks
+    agents = {"baseline": copy.deepcopy(agent)}
+    agents.update({name: copy.deepcopy(agent) for name in OPTIONS})
+    times: dict[str, list[float]] = {name: [] for name in agents}
+    same_bits = dict.fromkeys(OPTIONS, True)
+    errors: dict[str, str] = {}
+    for _ in range(args.rounds):
+        for name, option_agent in agents.items():
+            if name in errors:
+                continue
+            context = OPTIONS[name](option_agent) if name in OPTIONS else contextlib.nullcontext()
+            try:
+                with context:
+                    start = time.perf_counter()
+                    for batch in batches:
+                        option_agent.update(batch)
+                    times[name].append((time.perf_counter() - start) / len(batches))
+            except RuntimeError as error:
+                errors[name] = str(error).splitlines()[0]
+        baseline = state_of(agents["baseline"])
+        for name in OPTIONS:
+            if name not in errors:
+                same_bits[name] &= all(torch.equal(a, b.contiguous()) for a, b in
+                                       zip(baseline, state_of(agents[name]), strict=True))
+    base = statistics.median(times["baseline"])
+    print(f"\n{'option':42} {'ms/update':>9} {'speed-up':>8}  bits")
+    print(f"{'baseline (as trained)':42} {base * 1e3:9.2f} {1.0:8.3f}")
+    for name in OPTIONS:
+        if name in errors:
+            print(f"{name:42} {'-':>9} {'-':>8}  fails: {errors[name]}")
+            continue
+        median = statistics.median(times[name])
+        print(f"{name:42} {median * 1e3:9.2f} {base / median:8.3f}  "
+              f"{'same' if same_bits[name] else 'DIFFERENT'}")
+
+
+if __name__ == "__main__":
+    main()
