@@ -107,6 +107,19 @@ def test_varying_one_seed_changes_results_only_as_expected(reference, tmp_path, 
         assert other[-1]["weights_sha256"] != varied[-1]["weights_sha256"]
 
 
+def test_two_threads_give_one_chain_run_after_run(tmp_path):
+    """compute.threads: 2 (the README's faster choice on a laptop) is deterministic for that
+    count: two runs agree bit for bit, and the runs record the count they used."""
+    from reprodqn.config import load_params
+
+    params = load_params(PARAMS, [*TINY, "compute.threads=2"])
+    first = train_tiny(params, tmp_path / "first")
+    second = train_tiny(params, tmp_path / "second")
+    assert first == second and first[-1]["updates"] > 0
+    applied = json.loads((tmp_path / "first" / "determinism.json").read_text())
+    assert applied["torch_threads"] == 2
+
+
 def test_gpu_group_runs_with_deterministic_algorithms_off(reference, tmp_path):
     params, _, chain = reference
     run_dir = tmp_path / "gpu"
