@@ -9,7 +9,8 @@ checkpoint, print on `--states` of the authors' start states (default 20):
 beside the same three for the step-0 network and for a uniform-random policy (its own
 seeded generator), so a score that has not left those baselines is visible at once.
 Only the epsilon schedule, the learning start and the replay size may be shortened by
-flags; every other value is params.yaml's (plus the variant's preset). Not for CI: a
+flags; every other value is params.yaml's (plus the variant's preset), unless `--set`
+changes it for a diagnostic side check (the header names every such departure). Not for CI: a
 meaningful check is >= 500K agent steps (about 2-3 hours per 500K steps on one core).
 
     .venv/bin/python bench/learning_check.py --preset double --steps 500000 \\
@@ -80,6 +81,7 @@ def config_for(args):
                       ("capacity", "replay.capacity")):
         if getattr(args, flag) is not None:
             overrides.append(f"{key}={getattr(args, flag)}")
+    overrides += args.set
     overlay = [preset_path(ROOT / "params.yaml", args.preset)] if args.preset != "dqn" else []
     params = load_params(ROOT / "params.yaml", overrides, overlay=overlay)
     return params, resolve_run(params, "deterministic", 0)
@@ -95,6 +97,9 @@ def main() -> None:
     parser.add_argument("--epsilon-decay-steps", type=int, default=None)
     parser.add_argument("--learning-starts", type=int, default=None)
     parser.add_argument("--capacity", type=int, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a diagnostic departure from the paper's values, e.g. "
+                             "agent.rmsprop_eps=1e-6 (named in the header)")
     parser.add_argument("--states", type=int, default=20, help="authors' start states used")
     parser.add_argument("--max-frames", type=int, default=18_000)
     parser.add_argument("--threads", type=int, default=1)
@@ -111,6 +116,8 @@ def main() -> None:
           f"{config.agent.epsilon_decay_steps:,} from step {config.replay.learning_starts:,}, "
           f"replay {config.replay.capacity:,}; {len(sequences)} authors' start states, "
           f"{args.max_frames} frames; run in {args.out}", flush=True)
+    if args.set:
+        print(f"departures from the paper's values: {', '.join(args.set)}", flush=True)
     random_policy = probe(RandomPolicy(4), protocol, sequences, histories)
     step0 = None
     header = (f"{'step':>9} {'score':>7} {'max_q':>8} {'acts':>4} | {'step-0':>7} {'max_q':>8} "
