@@ -68,6 +68,12 @@ def configure(device_request: str, threads: int,
     except RuntimeError:
         pass
     torch.use_deterministic_algorithms(deterministic_gpu)
+    # ...which also NaN-fills every new tensor before its first write, CPU ones included:
+    # a guard against kernels that read memory they never wrote, of which the audit finds
+    # none here. Off, as Megatron-LM and Ultralytics run it: the chains are unchanged (golden
+    # test) and an update is ~3% faster (bench/update_options.py). torch 0.3, the authors',
+    # had no fill.
+    torch.utils.deterministic.fill_uninitialized_memory = False
     torch.backends.cudnn.deterministic = deterministic_gpu
     torch.backends.cudnn.benchmark = False
     torch.backends.fp32_precision = "ieee"
@@ -83,6 +89,7 @@ def configure(device_request: str, threads: int,
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "fill_uninitialized_memory": torch.utils.deterministic.fill_uninitialized_memory,
         "cudnn_deterministic": torch.backends.cudnn.deterministic,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "fp32_precision": {
