@@ -83,6 +83,13 @@ def test_digest_tracks_results_not_names_or_resume_interval():
     assert resolve_run(p, "exploration", 0).digest() != a.digest()
 
 
+def test_an_exponent_without_a_dot_is_a_number_on_the_command_line():
+    """YAML 1.1 reads 1e-4 as text; a researcher typing --set agent.learning_rate=1e-4
+    means the number (and 2.5e-4, which YAML reads as a float, stays one)."""
+    params = load_params(PARAMS, ["agent.learning_rate=1e-4", "agent.rmsprop_eps=2.5e-7"])
+    assert params.agent.learning_rate == 1e-4 and params.agent.rmsprop_eps == 2.5e-7
+
+
 @pytest.mark.parametrize("override, fragment", [
     ("train.steps=abc", "train.steps: input should be a valid integer, got 'abc'"),
     ("train.stepz=5", "unknown key 'train.stepz'"),

@@ -5,6 +5,7 @@ naming the field and where it was set. config.py validates what these produce.""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,9 @@ def merge(base: dict, overlay: dict, path: list[str], source: str) -> None:
             base[key] = copy.deepcopy(value)
 
 
+EXPONENT_ONLY = re.compile(r"[+-]?[0-9]+[eE][+-]?[0-9]+")
+
+
 def parse_override(item: str) -> tuple[str, Any]:
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
@@ -48,6 +52,8 @@ def parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
         value = text
+    if isinstance(value, str) and EXPONENT_ONLY.fullmatch(value.strip()):
+        value = float(value)  # YAML 1.1 reads 1e-4 (no dot) as text; Python reads a number
     return key.strip(), value
 
 
