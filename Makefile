@@ -94,6 +94,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/train_throughput.py
 	$(BIN)/python bench/eval_throughput.py
 	$(BIN)/python bench/per_overhead.py
+	$(BIN)/python bench/update_options.py
+	$(BIN)/python bench/act_forward.py
+	$(BIN)/python bench/determinism_overhead.py
 
 # The README's module table, from the package's own docstrings (a test checks it).
 readme: $(STAMP)

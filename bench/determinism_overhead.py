@@ -57,13 +57,9 @@ def worker(floor: str, threads: int, deterministic: bool, seconds: float) -> Non
     device, applied = determinism.configure("cuda" if torch.cuda.is_available() else "cpu",
                                             threads or default_threads, deterministic)
     agent = make_agent(params.agent, 4, 4, 84, device, torch.Generator().manual_seed(0), 0, 1.0)
-    rng = np.random.default_rng(0)
-    batch_size = params.agent.batch_size
-    batch = {"states": rng.integers(0, 256, (batch_size, 4, 84, 84), dtype=np.uint8),
-             "next_states": rng.integers(0, 256, (batch_size, 4, 84, 84), dtype=np.uint8),
-             "actions": rng.integers(0, 4, batch_size).astype(np.uint8),
-             "rewards": rng.integers(-1, 2, batch_size).astype(np.float32),
-             "terminals": np.zeros(batch_size, bool)}
+    from batches import random_batches
+
+    batch = random_batches(1, params, np.random.default_rng(0))[0]
     state = batch["states"][0]
     every = params.agent.update_every
 

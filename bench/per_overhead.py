@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
 
 import torch  # noqa: E402
+from batches import random_batches  # noqa: E402
 
 from reprodqn import determinism, priority  # noqa: E402
 from reprodqn.agent import make_agent  # noqa: E402
@@ -74,15 +75,6 @@ def uniform_step(memory: ReplayMemory, stream) -> None:
     memory.sample_indices(32, stream)
 
 
-def random_batch(rng) -> dict:
-    shape = (32, 4, 84, 84)
-    return {"states": rng.integers(0, 256, shape, dtype=np.uint8),
-            "next_states": rng.integers(0, 256, shape, dtype=np.uint8),
-            "actions": rng.integers(0, 4, 32).astype(np.uint8),
-            "rewards": rng.integers(-1, 2, 32).astype(np.float32),
-            "terminals": rng.random(32) < 0.01}
-
-
 def timed(function, count: int) -> float:
     start = time.perf_counter()
     for _ in range(count):
@@ -90,9 +82,9 @@ def timed(function, count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
-def window_cost(agent, rng, n_step: int) -> float:
+def window_cost(agent, batch: dict, n_step: int) -> float:
     """R2D2's extra forward passes: online and target over 32 x (n - 1) later transitions."""
-    later = {**random_batch(rng)}
+    later = dict(batch)
     later = {k: np.concatenate([v] * (n_step - 1)) for k, v in later.items()}
     later["discounts"] = np.full(len(later["rewards"]), 0.99 ** n_step)
     later["rewards"] = later["rewards"].astype(np.float64)
@@ -112,7 +104,7 @@ def main() -> None:
     agent = make_agent(params.agent, 4, 4, 84, device, torch.Generator().manual_seed(0),
                        params.replay.learning_starts, 1.0)
     rng = np.random.default_rng(1)
-    batches = [random_batch(rng) for _ in range(8)]
+    batches = [random_batches(1, params, rng)[0] for _ in range(8)]
     print(f"building a 1M-leaf tree over a 1M-step replay (threads={threads}) ...")
     per = filled_per(params.priority)
     stream, errors = AuthorsStream(0), rng.random(32) * 2
@@ -128,7 +120,8 @@ def main() -> None:
           f"{per_time / update:.2%} of an update (target <= 5%)")
     print(f"  uniform index sampling, for comparison: {uniform * 1e3:.3f} ms = "
           f"{uniform / update:.2%}; PER's extra: {(per_time - uniform) / update:.2%}")
-    print(f"R2D2 window (n = 5, eta > 0): +{window_cost(agent, rng, 5) / update:.0%} of an "
+    window = window_cost(agent, random_batches(1, params, rng)[0], 5)
+    print(f"R2D2 window (n = 5, eta > 0): +{window / update:.0%} of an "
           "update in forward passes over the 4 later transitions of each sample")
     tree = SumTree(CAPACITY)
     print(f"memory at 1M: sum tree {tree.nbytes:,} bytes ({tree.nbytes / 2**20:.1f} MiB; "

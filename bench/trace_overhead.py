@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
 
 import torch  # noqa: E402
-from train_throughput import random_batches  # noqa: E402
+from batches import random_batches  # noqa: E402
 
 from reprodqn import determinism  # noqa: E402
 from reprodqn.agent import DQNAgent  # noqa: E402

@@ -30,21 +30,11 @@ from reprodqn.config import load_params  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
 
+from batches import random_batches  # noqa: E402
+
 from reprodqn import determinism  # noqa: E402
 from reprodqn.config import resolve_run  # noqa: E402
 from reprodqn.train import Run  # noqa: E402
-
-
-def random_batches(count: int, config, rng: np.random.Generator) -> list[dict]:
-    batch_size = config.agent.batch_size
-    shape = (batch_size, config.env.history_length, 84, 84)
-    return [{
-        "states": rng.integers(0, 256, shape, dtype=np.uint8),
-        "next_states": rng.integers(0, 256, shape, dtype=np.uint8),
-        "actions": rng.integers(0, 4, batch_size).astype(np.uint8),
-        "rewards": rng.integers(-1, 2, batch_size).astype(np.float32),
-        "terminals": rng.random(batch_size) < 0.01,
-    } for _ in range(count)]
 
 
 def main() -> None:

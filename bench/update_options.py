@@ -32,21 +32,13 @@ ROOT = Path(__file__).resolve().parents[1]
 isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
 
 import torch  # noqa: E402
+from batches import random_batches  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from reprodqn import determinism  # noqa: E402
 from reprodqn.agent import make_agent  # noqa: E402
 from reprodqn.network import QNetwork  # noqa: E402
-
-
-def random_batches(count: int, batch_size: int, rng: np.random.Generator) -> list[dict]:
-    shape = (batch_size, 4, 84, 84)
-    return [{"states": rng.integers(0, 256, shape, dtype=np.uint8),
-             "next_states": rng.integers(0, 256, shape, dtype=np.uint8),
-             "actions": rng.integers(0, 4, batch_size).astype(np.uint8),
-             "rewards": rng.integers(-1, 2, batch_size).astype(np.float32),
-             "terminals": rng.random(batch_size) < 0.01} for _ in range(count)]
 
 
 def core_mhz() -> float:
@@ -205,7 +197,7 @@ def main() -> None:
     agent = make_agent(params.agent, 4, params.env.history_length, params.env.screen_size,
                        torch.device("cpu"), torch.Generator().manual_seed(0), 0, 1.0)
     rng = np.random.default_rng(0)
-    batches = random_batches(args.block, params.agent.batch_size, rng)
+    batches = random_batches(args.block, params, rng)
     for batch in batches[:3]:  # optimizer state exists, kernels warmed
         agent.update(batch)
 
