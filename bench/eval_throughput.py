@@ -4,7 +4,7 @@ evaluator with batch-1 inference, and against raw ALE emulation on the same core
 Plays the paper's protocol (start sequences, 18,000-frame cap, life-loss relaunch) with a
 Nature network (random init, or --checkpoint) on 100 start sequences. All three are
 measured in this run, in alternating rounds. Targets: >= 3x the one-at-a-time evaluator,
->= 40% of raw emulation.
+>= 45% of raw emulation.
 
     .venv/bin/python bench/eval_throughput.py [--workers N] [--episodes 100] [--checkpoint F]
 """
@@ -12,6 +12,7 @@ measured in this run, in alternating rounds. Targets: >= 3x the one-at-a-time ev
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import multiprocessing
 import os
 import tempfile
@@ -96,12 +97,16 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=Path, action="append", default=[],
                         help="checkpoints to evaluate (default: --nets random-init Nature nets)")
     parser.add_argument("--nets", type=int, default=6)
+    parser.add_argument("--chunk", type=int, default=None,
+                        help="Q-value chunk (default: params evaluation.inference_chunk)")
     parser.add_argument("--raw-seconds", type=float, default=5.0,
                         help="raw emulation time per round")
     args = parser.parse_args()
 
     params = load_params(ROOT / "params.yaml")
-    protocol = Protocol.for_run(params.env, params.evaluation)
+    protocol = Protocol.for_run(params, params.evaluation)
+    if args.chunk:  # another fixed chunk: other Q bits, so other actions than chunk 16's
+        protocol = dataclasses.replace(protocol, chunk=args.chunk)
     sequences = start_states.generate_candidates(params.start_states)["sequences"]
     sequences = sequences[: args.episodes]
     workdir = Path(tempfile.mkdtemp())
@@ -162,7 +167,7 @@ def main() -> None:
     print(f"raw ALE emulation      {raw:8.0f} agent steps/s  ({raw_frames:.0f} frames/s in "
           f"{args.workers} processes, {len(raw_rates)} rounds)")
     print(f"ratio to one-at-a-time {ours / base:8.2f}x  (target >= 3x)")
-    print(f"share of raw emulation {100 * ours / raw:8.1f}%  (target >= 40%)")
+    print(f"share of raw emulation {100 * ours / raw:8.1f}%  (target >= 45%)")
 
 
 if __name__ == "__main__":
