@@ -39,11 +39,14 @@ def keep_freed_memory() -> dict:
     """Keep freed tensor memory in the heap for the next update to reuse.
 
     glibc serves blocks of 128 KB and more (a minibatch as float32, an activation, a
-    gradient) with mmap and unmaps them at free(), so every update page-faults them back in
-    zeroed: ~2,700 minor faults per update at batch 32, measured, against 18 with these
-    thresholds. Numerics are untouched: torch aligns its buffers to 64 bytes either way.
-    Written by hand (mallopt through ctypes) because glibc offers no other run-time switch;
-    GLIBC_TUNABLES would have to be set before the interpreter starts."""
+    gradient) with mmap and unmaps them at free(), raising that threshold as it goes, so
+    how many buffers an update page-faults back in (zeroed) depends on the history of the
+    process: measured from 26 to 2,700 minor faults per update at batch 32, against 15-34
+    with these thresholds. Quiet, that is within the noise of an update's time; on a
+    machine shared with other jobs it cost 12-18% of a training step. Numerics are
+    untouched: torch aligns its buffers to 64 bytes either way. Written by hand (mallopt
+    through ctypes): glibc has no other run-time switch, and GLIBC_TUNABLES must be set
+    before Python starts."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return {"malloc": "platform default"}
     libc = ctypes.CDLL(None)
@@ -68,11 +71,10 @@ def configure(device_request: str, threads: int,
     except RuntimeError:
         pass
     torch.use_deterministic_algorithms(deterministic_gpu)
-    # ...which also NaN-fills every new tensor before its first write, CPU ones included:
-    # a guard against kernels that read memory they never wrote, of which the audit finds
-    # none here. Off, as Megatron-LM and Ultralytics run it: the chains are unchanged (golden
-    # test) and an update is ~3% faster (bench/update_options.py). torch 0.3, the authors',
-    # had no fill.
+    # ...which also NaN-fills every new tensor before its first write, CPU ones included: a
+    # guard against kernels that read memory they never wrote, which changes no result here
+    # (golden chain). Off, as Megatron-LM (~15% on GPUs) and Ultralytics now run it; on this
+    # CPU it costs 0.2% quiet, 3% shared (bench/update_options.py). torch 0.3 had no fill.
     torch.utils.deterministic.fill_uninitialized_memory = False
     torch.backends.cudnn.deterministic = deterministic_gpu
     torch.backends.cudnn.benchmark = False
