@@ -35,7 +35,7 @@ isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
 
 import torch  # noqa: E402
 
-from reprodqn import start_states  # noqa: E402
+from reprodqn import start_states, workspace  # noqa: E402
 from reprodqn.config import resolve_run  # noqa: E402
 from reprodqn.evaluate import (  # noqa: E402
     EpisodeSpec,
@@ -45,6 +45,7 @@ from reprodqn.evaluate import (  # noqa: E402
     play,
 )
 from reprodqn.events import CheckpointWritten  # noqa: E402
+from reprodqn.files import write_text  # noqa: E402
 from reprodqn.network import q_values  # noqa: E402
 from reprodqn.train import train  # noqa: E402
 from reprodqn.variants import algorithm_name, preset_path  # noqa: E402
@@ -64,12 +65,21 @@ class RandomPolicy(torch.nn.Module):
 
 
 def probe(net, protocol: Protocol, sequences, histories) -> dict:
-    """Greedy score, mean max-Q and distinct greedy actions on the start states."""
+    """Greedy score, mean max-Q, distinct greedy actions and how much Q varies across the
+    start states (std over states, averaged over actions: 0 for a network blind to the
+    screen) on the start states."""
     specs = [EpisodeSpec(k, start_sequence=k) for k in range(len(sequences))]
     scores = [r.score for r in play(net, specs, protocol, sequences)]
-    q = q_values(net, histories, protocol.chunk)
+    q = q_values(net, histories, protocol.chunk).astype(np.float64)
     return {"score": float(np.mean(scores)), "max_q": float(q.max(axis=1).mean()),
-            "greedy_actions": int(len(np.unique(q.argmax(axis=1))))}
+            "greedy_actions": int(len(np.unique(q.argmax(axis=1)))),
+            "q_spread": float(q.std(axis=0).mean())}
+
+
+def probe_checkpoint(run_dir: Path, line: dict, protocol, sequences, histories) -> dict:
+    path = workspace.checkpoint_path(run_dir, line["step"])
+    net = load_network(path, line["weights_sha256"], torch.device("cpu"))
+    return probe(net, protocol, sequences, histories)
 
 
 def config_for(args):
@@ -104,7 +114,12 @@ def main() -> None:
     parser.add_argument("--max-frames", type=int, default=18_000)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("build/learning-check"))
+    parser.add_argument("--reprobe", action="store_true",
+                        help="train nothing: probe again every checkpoint the run in --out "
+                             "has written, and rewrite its learning_check.jsonl")
     args = parser.parse_args()
+    if args.reprobe and not (args.out / "run" / "hashes.jsonl").exists():
+        raise SystemExit(f"{args.out / 'run'}: no hashes.jsonl; nothing to probe (train first)")
     params, config = config_for(args)
     doc = start_states.load(ROOT / params.evaluation.start_sequences)
     sequences = doc["sequences"][:args.states]
@@ -119,26 +134,38 @@ def main() -> None:
     if args.set:
         print(f"departures from the paper's values: {', '.join(args.set)}", flush=True)
     random_policy = probe(RandomPolicy(4), protocol, sequences, histories)
-    step0 = None
-    header = (f"{'step':>9} {'score':>7} {'max_q':>8} {'acts':>4} | {'step-0':>7} {'max_q':>8} "
-              f"{'acts':>4} | {'random':>7} {'acts':>4} | {'elapsed':>8}")
-    print(header, flush=True)
-    start = time.monotonic()
-    log = args.out / "learning_check.jsonl"
-    for event in train(config, args.out / "run"):
-        if not isinstance(event, CheckpointWritten):
-            continue
-        found = probe(load_network(event.path, event.weights_sha256, torch.device("cpu")),
-                      protocol, sequences, histories)
-        step0 = step0 or found
-        line = {"step": event.step, **found, "step0": step0, "random": random_policy}
-        with open(log, "a") as handle:
-            handle.write(json.dumps(line) + "\n")
-        print(f"{event.step:>9,} {found['score']:>7.2f} {found['max_q']:>8.4f} "
-              f"{found['greedy_actions']:>4} | {step0['score']:>7.2f} {step0['max_q']:>8.4f} "
-              f"{step0['greedy_actions']:>4} | {random_policy['score']:>7.2f} "
-              f"{random_policy['greedy_actions']:>4} | {time.monotonic() - start:>7.0f}s",
-              flush=True)
+    print(f"{'step':>9} {'score':>7} {'max_q':>8} {'acts':>4} {'spread':>8} | {'step-0':>7} "
+          f"{'acts':>4} {'spread':>8} | {'random':>7} | {'elapsed':>8}", flush=True)
+    run_dir, log = args.out / "run", args.out / "learning_check.jsonl"
+    start, lines, step0 = time.monotonic(), [], None
+
+    def record(step: int, found: dict) -> None:
+        nonlocal step0
+        if step0 is None:  # the step-0 network: this run's first checkpoint
+            first = workspace.read_hashes(run_dir)[0]
+            step0 = (found if step == first["step"] else
+                     probe_checkpoint(run_dir, first, protocol, sequences, histories))
+        lines.append(json.dumps({"step": step, **found, "step0": step0,
+                                 "random": random_policy}) + "\n")
+        if args.reprobe:
+            write_text(log, "".join(lines))  # whole, or not at all
+        else:
+            with open(log, "a") as handle:
+                handle.write(lines[-1])
+        print(f"{step:>9,} {found['score']:>7.2f} {found['max_q']:>8.4f} "
+              f"{found['greedy_actions']:>4} {found['q_spread']:>8.5f} | {step0['score']:>7.2f} "
+              f"{step0['greedy_actions']:>4} {step0['q_spread']:>8.5f} | "
+              f"{random_policy['score']:>7.2f} | {time.monotonic() - start:>7.0f}s", flush=True)
+
+    if args.reprobe:
+        for line in workspace.read_hashes(run_dir):
+            record(line["step"], probe_checkpoint(run_dir, line, protocol, sequences, histories))
+        return
+    for event in train(config, run_dir):
+        if isinstance(event, CheckpointWritten):
+            record(event.step, probe(load_network(event.path, event.weights_sha256,
+                                                  torch.device("cpu")),
+                                     protocol, sequences, histories))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 PANELS = (("score", "greedy score (20 start states)"), ("max_q", "mean max_a Q"),
-          ("greedy_actions", "distinct greedy actions"))
+          ("greedy_actions", "distinct greedy actions"),
+          ("q_spread", "Q's spread across start states (log)"))
 
 
 def read(path: Path) -> list[dict]:
@@ -42,14 +43,18 @@ def main() -> None:
         if not sep:
             sys.exit(f"{item}: expected LABEL=path/to/learning_check.jsonl")
         runs.append((label, read(Path(path))))
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
     for ax, (key, name) in zip(axes, PANELS, strict=True):
         for label, lines in runs:
-            ax.plot([line["step"] for line in lines], [line[key] for line in lines],
+            shown = [line for line in lines if key in line]  # older logs lack q_spread
+            ax.plot([line["step"] for line in shown], [line[key] for line in shown],
                     marker="o", ms=3, label=label)
         first = runs[0][1][0]
-        ax.axhline(first["step0"][key], color="grey", ls="--", lw=1, label="step-0 network")
-        if key != "max_q":  # a random policy has no Q-values worth comparing
+        if key in first["step0"]:
+            ax.axhline(first["step0"][key], color="grey", ls="--", lw=1, label="step-0 network")
+        if key == "q_spread":
+            ax.set_yscale("log")
+        elif key != "max_q":  # a random policy's Q-values are noise
             ax.axhline(first["random"][key], color="black", ls=":", lw=1, label="uniform random")
         ax.set_title(name)
         ax.set_xlabel("agent steps")
