@@ -51,10 +51,19 @@ def core_mhz() -> float:
 # -- the options: each a context applied around an agent's updates -----------------------------
 
 @contextlib.contextmanager
+def forward_replaced(forward):
+    """QNetwork.forward swapped for the duration (every network of the agent at once)."""
+    original = QNetwork.forward
+    QNetwork.forward = forward
+    try:
+        yield
+    finally:
+        QNetwork.forward = original
+
+
+@contextlib.contextmanager
 def out_of_place_scaling(agent):
     """Kept, shown reverted: x / 255 allocates a second 3.6 MB buffer per batch."""
-    original = QNetwork.forward
-
     def forward(self, frames):
         x = self.layers(frames.float() / 255.0)
         if not self.dueling:
@@ -62,11 +71,8 @@ def out_of_place_scaling(agent):
         advantage = self.advantage(x)
         return self.value(x) + (advantage - advantage.mean(dim=1, keepdim=True))
 
-    QNetwork.forward = forward
-    try:
+    with forward_replaced(forward):
         yield
-    finally:
-        QNetwork.forward = original
 
 
 @contextlib.contextmanager
@@ -96,11 +102,8 @@ def channels_last(agent):
     def forward(self, frames):
         return original(self, frames.contiguous(memory_format=torch.channels_last))
 
-    QNetwork.forward = forward
-    try:
+    with forward_replaced(forward):
         yield
-    finally:
-        QNetwork.forward = original
 
 
 @contextlib.contextmanager
