@@ -48,7 +48,7 @@ from reprodqn.events import CheckpointWritten  # noqa: E402
 from reprodqn.files import write_text  # noqa: E402
 from reprodqn.network import q_values  # noqa: E402
 from reprodqn.train import train  # noqa: E402
-from reprodqn.variants import algorithm_name, preset_path  # noqa: E402
+from reprodqn.variants import PRESETS, algorithm_name, preset_path  # noqa: E402
 
 
 class RandomPolicy(torch.nn.Module):
@@ -99,7 +99,8 @@ def config_for(args):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="dqn", help="dqn, double, dueling, per, r2d2-priority")
+    parser.add_argument("--preset", default="dqn",
+                        help=f"dqn (params.yaml as it is) or one of {', '.join(PRESETS)}")
     parser.add_argument("--steps", type=int, default=500_000)
     parser.add_argument("--checkpoint-every", type=int, default=50_000)
     parser.add_argument("--resume-every", type=int, default=250_000,

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from reprodqn.agent import DQNAgent, RMSprop, exact_sqrt_floor
+from reprodqn.agent import DQNAgent
 from reprodqn.config import load_params
+from reprodqn.optimizers import RMSprop, exact_sqrt_floor
 from reprodqn.rng import AuthorsStream
 
 from .conftest import PARAMS

@@ -23,6 +23,7 @@ from reprodqn.train import ResumePointWritten, train
 from reprodqn.workspace import checkpoint_path, read_hashes
 
 from .conftest import PARAMS, TINY, cli_env, train_tiny
+from .test_optimizers import ADAM, CENTERED
 
 
 @pytest.fixture(scope="module")
@@ -245,10 +246,15 @@ def test_corrupted_or_missing_checkpoint_is_reported(reference, tmp_path):
         load_weights(source, chain[-1]["weights_sha256"])
 
 
-@pytest.mark.parametrize("when", ["before-first-resume-point", "after-a-resume-point"])
-def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_chain(tmp_path, when):
-    """Kill a real `reprodqn train` process, run the same command again, compare chains."""
-    overrides = [*TINY, "train.steps=1200", "train.resume_every=250"]
+@pytest.mark.parametrize("when, optimizer", [
+    ("before-first-resume-point", []), ("after-a-resume-point", []),
+    ("after-a-resume-point", CENTERED), ("after-a-resume-point", ADAM),
+], ids=["before", "after", "after-rmsprop_centered", "after-adam"])
+def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_chain(tmp_path, when,
+                                                                        optimizer):
+    """Kill a real `reprodqn train` process, run the same command again, compare chains;
+    with the authors' optimizer and with each one whose state the resume point must hold."""
+    overrides = [*TINY, "train.steps=1200", "train.resume_every=250", *optimizer]
     command = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "deterministic",
                "--run", "0", "--params", str(PARAMS)]
     for item in overrides:

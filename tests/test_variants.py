@@ -266,10 +266,13 @@ def test_variant_knobs_at_their_defaults_leave_the_digest_as_before():
 
 
 @pytest.mark.parametrize("preset, name", [
-    ("double", "Double DQN"),
-    ("dueling", "Dueling Double DQN"),
-    ("per", "Double DQN, prioritized replay"),
-    ("r2d2-priority", "Double DQN, 5-step, prioritized replay (R2D2 priority)"),
+    ("double", "Double DQN (RMSprop)"),
+    ("dueling", "Dueling Double DQN (RMSprop)"),
+    ("per", "Double DQN, prioritized replay (RMSprop)"),
+    ("r2d2-priority", "Double DQN, 5-step, prioritized replay with R2D2 priority (RMSprop)"),
+    ("authors-2018", "DQN (RMSprop)"),
+    ("deepmind-2015", "DQN (centred RMSProp)"),
+    ("adam", "DQN (Adam)"),
 ])
 def test_presets_are_overlays_that_run_at_smoke_scale_and_name_their_algorithm(preset, name):
     from reprodqn.variants import PRESETS, algorithm_name, preset_path
@@ -281,7 +284,7 @@ def test_presets_are_overlays_that_run_at_smoke_scale_and_name_their_algorithm(p
     assert algorithm_name(params) == name
     assert params.train.steps == 3000  # the smoke scale applied after the preset
     assert algorithm_name(resolve_run(params, "environment", 1)) == name
-    assert algorithm_name(load_params(PARAMS)) == "DQN"
+    assert algorithm_name(load_params(PARAMS)) == "DQN (RMSprop)"
 
 
 def test_report_title_names_the_algorithm(tmp_path):

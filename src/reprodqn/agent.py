@@ -13,45 +13,7 @@ from torch.nn import functional as F
 
 from reprodqn import priority
 from reprodqn.network import build_q_network
-
-
-def exact_sqrt_floor(eps: float) -> float:
-    """The largest clamp that cannot change fl(sqrt(v) + eps) in float32: (ulp(eps)/4)^2
-    (2^-64 for the paper's eps = 0.01)."""
-    floor = float((np.spacing(np.float32(eps), dtype=np.float32) / 4) ** 2)
-    return floor if floor >= np.finfo(np.float32).tiny else 0.0
-
-
-class RMSprop(torch.optim.RMSprop):
-    """torch.optim.RMSprop (uncentred, no momentum), the same arithmetic in the same order,
-    with one speed fix: torch 2.13's CPU sqrt is ~20x slower on zeros, and on its AVX2 path
-    on anything below ~1e-25 (measured), and dead ReLU units leave most of fc1's square
-    average at zero. Clamping the square average to (ulp(eps)/4)^2 first changes nothing:
-    the root of anything below it is under a quarter ulp of eps and vanishes when eps is
-    added, exactly as a root of zero does. Bit-identical to torch's RMSprop
-    (tests/test_agent.py)."""
-
-    def __init__(self, params, lr: float, alpha: float, eps: float):
-        super().__init__(params, lr=lr, alpha=alpha, eps=eps, foreach=False)
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
-            floor = exact_sqrt_floor(eps)
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = self.state[param]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["square_avg"] = torch.zeros_like(param,
-                                                           memory_format=torch.preserve_format)
-                grad, square_avg = param.grad, state["square_avg"]
-                state["step"] += 1
-                square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-                avg = square_avg.clamp_min(floor).sqrt_().add_(eps)
-                param.addcdiv_(grad, avg, value=-lr)
+from reprodqn.optimizers import build_optimizer
 
 
 class AnnealedEpsilon:
@@ -95,8 +57,7 @@ class DQNAgent:
                                       screen_size, init_generator,
                                       agent_config.dueling).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
-        self.optimizer = RMSprop(self.online.parameters(), lr=agent_config.learning_rate,
-                                 alpha=agent_config.rmsprop_alpha, eps=agent_config.rmsprop_eps)
+        self.optimizer = build_optimizer(self.online.parameters(), agent_config)
 
     # -- acting ------------------------------------------------------------------------------
     def act(self, state: np.ndarray, rng) -> int:
@@ -167,15 +128,23 @@ class DQNAgent:
         q = self.online(states).gather(1, actions.unsqueeze(1)).squeeze(1)
         return targets, q
 
+    def loss(self, q: torch.Tensor, targets: torch.Tensor,
+             weights: torch.Tensor | None = None) -> torch.Tensor:
+        """Huber (the authors'; its gradient is DeepMind's TD error clipped to +-1) or
+        squared error, reduced over the batch by mean (the authors') or sum (DeepMind's
+        summed gradient); with importance weights, of the weighted per-sample losses."""
+        per_sample = F.smooth_l1_loss if self.config.loss == "huber" else F.mse_loss
+        reduction = self.config.loss_reduction
+        if weights is None:
+            return per_sample(q, targets, reduction=reduction)
+        weighted = weights * per_sample(q, targets, reduction="none")
+        return weighted.mean() if reduction == "mean" else weighted.sum()
+
     def update(self, batch: dict[str, np.ndarray],
                weights: torch.Tensor | None = None) -> torch.Tensor:
-        """One RMSprop step on a minibatch; returns the loss (a 0-d tensor on the device).
-        With importance weights the loss is the mean of the weighted per-sample losses."""
+        """One optimizer step on a minibatch; returns the loss (a 0-d tensor on the device)."""
         targets, q = self.targets_and_q(batch)
-        if weights is None:
-            loss = F.smooth_l1_loss(q, targets)
-        else:
-            loss = (weights * F.smooth_l1_loss(q, targets, reduction="none")).mean()
+        loss = self.loss(q, targets, weights)
         self.td_errors = (targets - q).detach()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -66,9 +66,30 @@ class AgentConfig(_Frozen):
 
     network: Literal["nature", "nips"] = Field("nature", description="Q-network architecture.")
     discount: Annotated[float, Field(gt=0.0, le=1.0)] = Field(0.99, description="Gamma.")
-    learning_rate: Annotated[float, Field(gt=0.0)] = Field(2.5e-4, description="RMSprop lr.")
-    rmsprop_alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = Field(0.95, description="Decay.")
-    rmsprop_eps: Annotated[float, Field(gt=0.0)] = Field(0.01, description="RMSprop epsilon.")
+    optimizer: Literal["rmsprop", "rmsprop_centered", "adam"] = Field(
+        "rmsprop", description="rmsprop: torch's RMSprop (the authors'; eps after the square "
+        "root); rmsprop_centered: DeepMind 2015's (centred, eps inside the root); adam: "
+        "torch's Adam (adam_* below)."
+    )
+    learning_rate: Annotated[float, Field(gt=0.0)] = Field(2.5e-4, description="Step size.")
+    rmsprop_alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = Field(
+        0.95, description="RMSprop decay of the (squared) gradient averages."
+    )
+    rmsprop_eps: Annotated[float, Field(gt=0.0)] = Field(
+        0.01, description="RMSprop epsilon: added after the square root (rmsprop), inside "
+        "it as a minimum squared gradient (rmsprop_centered)."
+    )
+    adam_eps: Annotated[float, Field(gt=0.0)] = Field(1.5e-4, description="Adam epsilon.")
+    adam_beta1: Annotated[float, Field(ge=0.0, lt=1.0)] = Field(0.9, description="Adam beta1.")
+    adam_beta2: Annotated[float, Field(ge=0.0, lt=1.0)] = Field(0.999, description="Adam beta2.")
+    loss: Literal["huber", "mse"] = Field(
+        "huber", description="Per-sample loss: Huber (smooth L1; its gradient is the TD error "
+        "clipped to +-1) or squared TD error."
+    )
+    loss_reduction: Literal["mean", "sum"] = Field(
+        "mean", description="Loss over the minibatch: mean (the authors') or sum (DeepMind "
+        "2015's summed gradient)."
+    )
     batch_size: PositiveInt = Field(32, description="Transitions per update.")
     update_every: PositiveInt = Field(4, description="Agent steps between updates.")
     target_sync_every: PositiveInt = Field(10_000, description="Agent steps between target copies.")

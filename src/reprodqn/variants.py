@@ -10,7 +10,8 @@ from reprodqn.errors import InputError
 
 # params overlays beside params.yaml: params-<name>.yaml (`reprodqn params --preset NAME`,
 # `make smoke PRESET=NAME`)
-PRESETS = ("double", "dueling", "per", "r2d2-priority")
+PRESETS = ("double", "dueling", "per", "r2d2-priority", "authors-2018", "deepmind-2015",
+           "adam")
 
 
 def preset_path(params_path: str | Path, name: str) -> Path:
@@ -21,7 +22,10 @@ def preset_path(params_path: str | Path, name: str) -> Path:
     return Path(params_path).parent / f"params-{name}.yaml"
 
 # the DQN-family switches (issue 13); these values are the authors' DQN
-VARIANT_DEFAULTS = {"agent": {"double": False, "dueling": False, "n_step": 1},
+VARIANT_DEFAULTS = {"agent": {"double": False, "dueling": False, "n_step": 1,
+                              "optimizer": "rmsprop", "loss": "huber",
+                              "loss_reduction": "mean", "adam_eps": 1.5e-4,
+                              "adam_beta1": 0.9, "adam_beta2": 0.999},
                     "replay": {"prioritized": False}}
 
 
@@ -36,13 +40,18 @@ def check_n_step(config) -> None:
                          f"replay.capacity) - env.history_length - 2)")
 
 
+OPTIMIZER_NAMES = {"rmsprop": "RMSprop", "rmsprop_centered": "centred RMSProp",
+                   "adam": "Adam"}
+
+
 def algorithm_name(config) -> str:
-    """The algorithm a config trains, in the papers' words: 'DQN', 'Double DQN',
-    'Dueling Double DQN, 3-step, prioritized replay (R2D2 priority)' ..."""
+    """The algorithm a config trains, in the papers' words, with its optimizer: 'DQN
+    (RMSprop)', 'Double DQN (Adam)', 'Dueling Double DQN, 3-step, prioritized replay with
+    R2D2 priority (centred RMSProp)' ..."""
     agent = config.agent
     name = ("Dueling " if agent.dueling else "") + ("Double DQN" if agent.double else "DQN")
     extras = [f"{agent.n_step}-step"] if agent.n_step > 1 else []
     if config.replay.prioritized:
-        extras.append("prioritized replay" + (" (R2D2 priority)" if config.priority.eta > 0
+        extras.append("prioritized replay" + (" with R2D2 priority" if config.priority.eta > 0
                                               else ""))
-    return ", ".join([name, *extras])
+    return f"{', '.join([name, *extras])} ({OPTIMIZER_NAMES[agent.optimizer]})"
