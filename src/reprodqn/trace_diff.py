@@ -3,6 +3,7 @@ phase and op whose output differs, and the module it belongs to, on one screen."
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -19,13 +20,15 @@ UPDATE_FIELDS = {"update", "step", "actions", "minibatch", "ops"}
 
 
 def load(path: Path) -> tuple[dict, list[dict]]:
-    """A trace's header and update records; one-line errors for anything else."""
+    """A trace's header and update records (plain or gzipped, by the .gz suffix); one-line
+    errors for anything else."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        data = path.read_bytes()
+        lines = (gzip.decompress(data) if path.suffix == ".gz" else data).decode().splitlines()
         header = json.loads(lines[0]) if lines else {}
         updates = [json.loads(line) for line in lines[1:]]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: unreadable trace ({exc.__class__.__name__})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise InputError(f"{path}: not a reprodqn trace (expected a first line with "
