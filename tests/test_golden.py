@@ -26,7 +26,7 @@ OVERRIDES = ["agent.network=nips", "agent.batch_size=8", "agent.target_sync_ever
 
 def cpu_key() -> str:
     info = isa.cpuinfo()
-    return f"{info.get('vendor_id', 'unknown')}-{info.get('cpu family', '')}-{info.get('model', '')}"
+    return "-".join(info.get(key, "unknown") for key in ("vendor_id", "cpu family", "model"))
 
 
 def trace_command() -> str:

@@ -143,6 +143,12 @@ def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
     assert audit["global_rng_used"] == [] and "### Nondeterminism audit" in report
     assert audit["exercised"]["network"] == "nips"  # the study's own network
     assert (root / "reports" / "figure_divergence.png").exists()
+    # the blind-network probe: every run, the sticky-action group included, and its panel
+    for group in ("deterministic", "environment"):
+        probe = (root / "evaluations" / group / "0" / "probe.csv").read_text().splitlines()
+        assert probe[0] == "step,q_spread,greedy_actions,max_q" and len(probe) == 1 + 4
+    assert "## Is the network looking at the screen?" in report
+    assert (root / "reports" / "figure_probe.png").exists()
     plots = json.loads(dvc(root, "plots", "show", "--json").stdout)
     assert "reports/learning_curves.csv" in json.dumps(plots)
 
@@ -166,7 +172,8 @@ def test_mlflow_holds_every_run_metric_and_artifact(workspace):
         run = by_name[name]
         assert run.info.status == "FINISHED"
         assert run.data.tags["mlflow.parentRunId"] == study_id  # nested under the study
-        assert {"loss", "epsilon", "steps_per_second", "eval_mean_score"} <= set(run.data.metrics)
+        assert {"loss", "epsilon", "steps_per_second", "eval_mean_score",
+                "probe_q_spread", "probe_greedy_actions"} <= set(run.data.metrics)
         assert any(k.startswith("system/") for k in run.data.metrics)
         tags = run.data.tags
         assert tags["reprodqn.group"] == name.split("/")[0] and tags["reprodqn.device"] == "cpu"

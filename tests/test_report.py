@@ -133,7 +133,7 @@ def test_report_shows_its_figures_inline_and_as_one_self_contained_page(tmp_path
     markdown = (tmp_path / "report.md").read_text()
     linked = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
     assert set(linked) == {"figure1.png", "figure2_start_state.png", "figure4_start_states.png",
-                           "figure_divergence.png"}
+                           "figure_divergence.png", "figure_probe.png"}
     assert all((tmp_path / name).exists() for name in linked)  # relative links that resolve
     assert "| `abababababab` | cpu | Test CPU | avx2, 1 |" in markdown  # the conditions
     page = (tmp_path / "report.html").read_text()

@@ -44,6 +44,7 @@ class RunResult:
     conditions: dict | None = None
     start_states: dict | None = None  # what its evaluation recorded (None: sticky seeds)
     process: list[dict] = field(default_factory=list)  # process.jsonl records
+    probe: list[dict] = field(default_factory=list)  # probe.csv: is Q looking at the screen?
 
     @property
     def curve(self) -> np.ndarray:

@@ -111,10 +111,18 @@ def cmd_import(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    from reprodqn import blindness, probe, tracking
     from reprodqn.evaluate import evaluate_stage
 
-    evaluate_stage(_load(args), args.group, args.run, args.runs_dir, args.evaluations_dir,
-                   args.start_sequences, args.workers, args.track)
+    params = _load(args)
+    done = evaluate_stage(params, args.group, args.run, args.runs_dir, args.evaluations_dir,
+                          args.start_sequences, args.workers)
+    alarm = probe.probe_stage(params, done, args.start_sequences)
+    if alarm:
+        print(f"evaluate {args.group}/{args.run}: {blindness.alarm_line(alarm)}",
+              file=sys.stderr)
+    if args.track:
+        tracking.track_evaluation(done.config, done.run_dir, done.out_dir, done.digest)
     return 0
 
 
@@ -156,7 +164,8 @@ def cmd_report(args) -> int:
     audit = read_json(audit_path, "audit record") if audit_path.exists() else None
     algorithm = algorithm_name(params)
     summary = report.write_report(study, args.out_dir, scale_note=report.scale_note(params),
-                                  audit=audit, algorithm=algorithm)
+                                  audit=audit, algorithm=algorithm,
+                                  optimizer=params.agent.optimizer)
     if tracking.enabled() and not args.no_track:
         files = sorted(p for p in args.out_dir.iterdir() if p.is_file())
         tracking.log_study(params, workspace.current_fingerprint(), summary["metrics"], files)

@@ -12,24 +12,17 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from reprodqn import params_files, rng
 from reprodqn.errors import InputError
+from reprodqn.params_types import Frozen, PositiveInt, Probability, Seed
+from reprodqn.selection_config import RankerConfig, StartStatesConfig
 from reprodqn.variants import VARIANT_DEFAULTS, check_n_step
 
 GROUP_NAMES = ("deterministic", "gpu", "environment", "exploration", "initialization", "minibatch")
 
-PositiveInt = Annotated[int, Field(ge=1)]
-Seed = Annotated[int, Field(ge=0, lt=2**63)]
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-class EnvConfig(_Frozen):
+class EnvConfig(Frozen):
     """Breakout through ale-py: frame skip, preprocessing, no-ops, sticky actions."""
 
     game: Literal["breakout"] = Field("breakout", description="Atari game (the paper: Breakout).")
@@ -61,35 +54,25 @@ class EnvConfig(_Frozen):
     )
 
 
-class AgentConfig(_Frozen):
+class AgentConfig(Frozen):
     """The DQN: network, optimizer, update and target-sync cadence, exploration."""
 
     network: Literal["nature", "nips"] = Field("nature", description="Q-network architecture.")
     discount: Annotated[float, Field(gt=0.0, le=1.0)] = Field(0.99, description="Gamma.")
     optimizer: Literal["rmsprop", "rmsprop_centered", "adam"] = Field(
-        "rmsprop", description="rmsprop: torch's RMSprop (the authors'; eps after the square "
-        "root); rmsprop_centered: DeepMind 2015's (centred, eps inside the root); adam: "
-        "torch's Adam (adam_* below)."
-    )
+        "rmsprop", description="rmsprop: torch's (the authors'); rmsprop_centered: DeepMind "
+        "2015's (centred, eps inside the root); adam: torch's Adam (adam_* below).")
     learning_rate: Annotated[float, Field(gt=0.0)] = Field(2.5e-4, description="Step size.")
-    rmsprop_alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = Field(
-        0.95, description="RMSprop decay of the (squared) gradient averages."
-    )
-    rmsprop_eps: Annotated[float, Field(gt=0.0)] = Field(
-        0.01, description="RMSprop epsilon: added after the square root (rmsprop), inside "
-        "it as a minimum squared gradient (rmsprop_centered)."
-    )
+    rmsprop_alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = Field(0.95, description="Decay.")
+    rmsprop_eps: Annotated[float, Field(gt=0.0)] = Field(0.01, description="RMSprop epsilon: "
+        "after the square root (rmsprop), inside it (rmsprop_centered).")
     adam_eps: Annotated[float, Field(gt=0.0)] = Field(1.5e-4, description="Adam epsilon.")
     adam_beta1: Annotated[float, Field(ge=0.0, lt=1.0)] = Field(0.9, description="Adam beta1.")
     adam_beta2: Annotated[float, Field(ge=0.0, lt=1.0)] = Field(0.999, description="Adam beta2.")
-    loss: Literal["huber", "mse"] = Field(
-        "huber", description="Per-sample loss: Huber (smooth L1; its gradient is the TD error "
-        "clipped to +-1) or squared TD error."
-    )
-    loss_reduction: Literal["mean", "sum"] = Field(
-        "mean", description="Loss over the minibatch: mean (the authors') or sum (DeepMind "
-        "2015's summed gradient)."
-    )
+    loss: Literal["huber", "mse"] = Field("huber", description="Per-sample loss: Huber (its "
+        "gradient is the TD error clipped to +-1) or squared TD error.")
+    loss_reduction: Literal["mean", "sum"] = Field("mean", description="Over the minibatch: "
+        "mean (the authors') or sum (DeepMind 2015's summed gradient).")
     batch_size: PositiveInt = Field(32, description="Transitions per update.")
     update_every: PositiveInt = Field(4, description="Agent steps between updates.")
     target_sync_every: PositiveInt = Field(10_000, description="Agent steps between target copies.")
@@ -116,7 +99,7 @@ class AgentConfig(_Frozen):
     )
 
 
-class ReplayConfig(_Frozen):
+class ReplayConfig(Frozen):
     """Replay memory: its size and when learning starts."""
 
     capacity: Annotated[int, Field(ge=8)] = Field(1_000_000, description="Transitions stored.")
@@ -133,7 +116,7 @@ class ReplayConfig(_Frozen):
     )
 
 
-class PriorityConfig(_Frozen):
+class PriorityConfig(Frozen):
     """Prioritized replay: used only when replay.prioritized is true."""
 
     alpha: Probability = Field(0.6, description="Priority exponent: P(i) ~ p_i^alpha.")
@@ -153,7 +136,7 @@ class PriorityConfig(_Frozen):
     )
 
 
-class TrainConfig(_Frozen):
+class TrainConfig(Frozen):
     """Length of a run and how often it writes checkpoints, resume points and logs."""
 
     steps: PositiveInt = Field(20_000_000, description="Agent steps of training.")
@@ -170,7 +153,7 @@ class TrainConfig(_Frozen):
     )
 
 
-class SeedsConfig(_Frozen):
+class SeedsConfig(Frozen):
     """One seed per random stream of a run (the paper varies one per group)."""
 
     init: Seed = Field(123, description="Network initialisation stream.")
@@ -188,7 +171,7 @@ class SeedsConfig(_Frozen):
 assert tuple(SeedsConfig.model_fields)[:-1] == rng.RUN_STREAMS, "SeedsConfig != RUN_STREAMS"
 
 
-class ComputeConfig(_Frozen):
+class ComputeConfig(Frozen):
     """Where and how numbers are computed: device, threads, GPU determinism, CPU ISA."""
 
     device: Literal["auto", "cpu", "cuda"] = Field(
@@ -206,7 +189,7 @@ class ComputeConfig(_Frozen):
     )
 
 
-class GroupConfig(_Frozen):
+class GroupConfig(Frozen):
     """One group of the study: the seed it varies and the settings it changes."""
 
     vary: Literal[*rng.RUN_STREAMS] | None = Field(
@@ -218,7 +201,7 @@ class GroupConfig(_Frozen):
     )
 
 
-class StudyConfig(_Frozen):
+class StudyConfig(Frozen):
     """The six-group sensitivity study of the paper."""
 
     runs_per_group: PositiveInt = Field(5, description="Agents trained per group.")
@@ -238,7 +221,7 @@ class StudyConfig(_Frozen):
         return self
 
 
-class EvaluationConfig(_Frozen):
+class EvaluationConfig(Frozen):
     """The paper's evaluation protocol: greedy episodes from start states."""
 
     episodes: PositiveInt = Field(100, description="Greedy episodes per checkpoint.")
@@ -257,40 +240,7 @@ class EvaluationConfig(_Frozen):
     )
 
 
-class StartStatesConfig(_Frozen):
-    """Start sequences: random candidates, ranked by max-Q, a draw from the top."""
-
-    candidates: PositiveInt = Field(1000, description="Random start sequences generated.")
-    noop_prefix: Annotated[int, Field(ge=0)] = Field(
-        2, description="NOOP frames before the random part (every line of the authors' "
-        "files/initstates.txt starts with two)."
-    )
-    min_length: PositiveInt = Field(55, description="Shortest random part, in emulator frames.")
-    max_length: PositiveInt = Field(95, description="Longest random part, in emulator frames.")
-    top_k: PositiveInt = Field(250, description="Best-ranked candidates kept by max-Q.")
-    selected: PositiveInt = Field(100, description="Drawn from the top_k for evaluation.")
-    candidates_seed: Seed = Field(123, description="Candidates stream.")
-    selection_seed: Seed = Field(123, description="Selection stream.")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> StartStatesConfig:
-        if self.min_length > self.max_length:
-            raise ValueError("min_length must not exceed max_length")
-        if not self.selected <= self.top_k <= self.candidates:
-            raise ValueError("expected selected <= top_k <= candidates")
-        return self
-
-
-class RankerConfig(_Frozen):
-    """The DQN that ranks the candidate start sequences."""
-
-    steps: PositiveInt = Field(5_000_000, description="Agent steps of the ranking DQN.")
-    checkpoint: str | None = Field(
-        None, description="Use this weights file instead of training a ranker."
-    )
-
-
-class Params(_Frozen):
+class Params(Frozen):
     """Everything in params.yaml."""
 
     env: EnvConfig
@@ -316,7 +266,7 @@ class Params(_Frozen):
         return self
 
 
-class RunConfig(_Frozen):
+class RunConfig(Frozen):
     """What one training run needs: the base config with its group's changes applied."""
 
     group: str

@@ -328,11 +328,22 @@ def end_state_histories(sequences, protocol: Protocol) -> np.ndarray:
 # The evaluate stage for one run
 
 
+@dataclass(frozen=True)
+class EvaluatedRun:
+    """What the evaluate stage did for one run, for the probe and tracking that follow."""
+
+    config: object  # the run's RunConfig
+    run_dir: Path
+    out_dir: Path
+    hashes: list
+    digest: str
+    protocol: Protocol
+
+
 def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
-                   start_sequences: Path | None, workers: int | None, track: bool) -> None:
+                   start_sequences: Path | None, workers: int | None) -> EvaluatedRun:
     """Evaluate every checkpoint of runs/GROUP/RUN, unless eval.csv already holds this
-    evaluation (same protocol, start states and checkpoints); log it to MLflow if asked."""
-    from reprodqn import tracking
+    evaluation (same protocol, start states and checkpoints)."""
     from reprodqn.config import resolve_run
     from reprodqn.errors import InputError
     from reprodqn.files import read_json
@@ -366,8 +377,7 @@ def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
         with evaluator:
             _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest,
                                     used)
-    if track:
-        tracking.track_evaluation(config, run_dir, out_dir, digest)
+    return EvaluatedRun(config, run_dir, out_dir, hashes, digest, protocol)
 
 
 def _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest,

@@ -1,5 +1,6 @@
-"""The report's figures: Figure 1 (mean score over training per group) and the
-deterministic agent's score per start state (the paper's Figures 2 and 4). PNG and PDF,
+"""The report's figures: Figure 1 (mean score over training per group), the
+deterministic agent's score per start state (the paper's Figures 2 and 4), where groups
+part, and the blind-network probe. PNG and PDF,
 written without timestamps so the same study gives the same files."""
 
 from __future__ import annotations
@@ -111,6 +112,34 @@ def divergence_figure(divergence: dict[str, dict], total_steps: int, out_dir: Pa
     ax.set_title("Where each source of nondeterminism enters")
     fig.tight_layout()
     return _save(fig, out_dir / "figure_divergence")
+
+
+def probe_figure(study, out_dir: Path) -> list[Path]:
+    """The blind-network probe per run: Q's spread across the start states (log scale) and
+    the distinct greedy actions, over training, one colour per group."""
+    plt = _plt()
+    fig, (spread_ax, actions_ax) = plt.subplots(1, 2, figsize=(11, 3.6), sharex=True)
+    for colour, group in enumerate(GROUP_NAMES):
+        for index, run in enumerate(r for r in study.get(group, []) if r.probe):
+            steps = [p["step"] for p in run.probe]
+            label = group if index == 0 else None
+            spread_ax.plot(steps, [max(p["q_spread"], 1e-12) for p in run.probe],
+                           color=f"C{colour}", alpha=0.7, marker=".", label=label)
+            actions_ax.plot(steps, [p["greedy_actions"] for p in run.probe],
+                            color=f"C{colour}", alpha=0.7, marker=".")
+    spread_ax.set_yscale("log")
+    spread_ax.set_ylabel("Q's spread across start states")
+    actions_ax.set_ylabel("distinct greedy actions")
+    actions_ax.yaxis.get_major_locator().set_params(integer=True)
+    for ax in (spread_ax, actions_ax):
+        ax.set_xlabel("agent steps")
+        ax.xaxis.set_major_formatter(_steps_formatter())
+        ax.grid(alpha=0.3)
+    if spread_ax.get_legend_handles_labels()[0]:
+        spread_ax.legend(fontsize=8, frameon=False)
+    fig.suptitle("Is the network looking at the screen? (0 spread, 1 action: blind)")
+    fig.tight_layout()
+    return _save(fig, out_dir / "figure_probe")
 
 
 def _steps_formatter():

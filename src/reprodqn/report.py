@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reprodqn import report_html, workspace
+from reprodqn import blindness, report_html, workspace
 from reprodqn.analysis import (
     ALPHA,
     METRICS,
@@ -24,13 +24,14 @@ from reprodqn.analysis import (
     verdict,
 )
 from reprodqn.config import GROUP_NAMES
-from reprodqn.figures import divergence_figure, figure1, start_state_figures
+from reprodqn.figures import divergence_figure, figure1, probe_figure, start_state_figures
 from reprodqn.files import read_json, write_json, write_text
 
 
 def load_run(run_dir: Path, eval_dir: Path, group: str, run: int) -> RunResult:
     result = RunResult(group, run, workspace.read_hashes(run_dir))
     result.process = workspace.read_process(run_dir)
+    result.probe = blindness.read_probe(eval_dir)
     result.scores = workspace.eval_scores(eval_dir)
     result.steps = sorted(result.scores)
     if (eval_dir / "eval.json").exists():
@@ -117,7 +118,7 @@ def learning_curves_runs_csv(study) -> str:
 
 
 def write_report(study, out_dir: Path, scale_note: str = "", audit: dict | None = None,
-                 algorithm: str = "DQN") -> dict:
+                 algorithm: str = "DQN", optimizer: str = "rmsprop") -> dict:
     out_dir = Path(out_dir)
     table = table1(study)
     tests = variance_tests(study)
@@ -127,7 +128,7 @@ def write_report(study, out_dir: Path, scale_note: str = "", audit: dict | None 
     total = max((h[-1]["step"] for runs in study.values() for r in runs
                  if (h := r.hashes)), default=0)
     figures = (figure1(study, out_dir) + start_state_figures(study, out_dir)
-               + divergence_figure(parting, total, out_dir))
+               + divergence_figure(parting, total, out_dir) + probe_figure(study, out_dir))
 
     write_text(out_dir / "table1.csv", table1_csv(table))
     write_text(out_dir / "table1.md", table1_markdown(table) + "\n")
@@ -149,7 +150,7 @@ def write_report(study, out_dir: Path, scale_note: str = "", audit: dict | None 
     }
     write_json(out_dir / "metrics.json", metrics)
     markdown = report_markdown(study, table, tests, replicability, device, scale_note, parting,
-                               audit, algorithm)
+                               audit, algorithm, blindness.report_lines(study, optimizer))
     write_text(out_dir / "report.md", markdown)
     write_text(out_dir / "report.html", report_html.render(markdown, out_dir))
     return {"metrics": metrics, "figures": [str(p) for p in figures]}
@@ -198,7 +199,7 @@ def divergence_lines(parting: dict[str, dict], device: dict) -> list[str]:
 
 def report_markdown(study, table, tests, replicability, device, scale_note: str,
                     parting: dict | None = None, audit: dict | None = None,
-                    algorithm: str = "DQN") -> str:
+                    algorithm: str = "DQN", probe_lines: list[str] = ()) -> str:
     runs = sum(1 for runs in study.values() for r in runs if r.steps)
     lines = [f"# Report: deterministic {algorithm} on Breakout", ""]
     if scale_note:
@@ -210,7 +211,7 @@ def report_markdown(study, table, tests, replicability, device, scale_note: str,
               table1_markdown(table), "",
               *start_states_lines(study), "",
               "![Figure 1: mean evaluation score per group](figure1.png)", "",
-              *divergence_lines(parting or {}, device),
+              *divergence_lines(parting or {}, device), *probe_lines,
               "## Replicability (after Chen et al.)", ""]
     if replicability.get("replicable") is None:
         lines.append(f"Not assessed: {replicability.get('reason')}.")

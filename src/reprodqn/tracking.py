@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from reprodqn import workspace
+from reprodqn.blindness import read_probe
 from reprodqn.config import RUN_SECTIONS, canonical_json
 from reprodqn.events import Finished, ProcessRecord, Started
 from reprodqn.files import read_json
@@ -306,7 +307,8 @@ def track_training(events, config, run_dir: Path):
 
 
 def track_evaluation(config, run_dir: Path, out_dir: Path, digest: str) -> None:
-    """Log a run's evaluation (mean score per checkpoint, eval.csv) to its MLflow run, once
+    """Log a run's evaluation (mean score per checkpoint, eval.csv; the blind-network probe's
+    Q spread, greedy actions and max-Q per checkpoint, probe.csv) to its MLflow run, once
     per evaluation digest."""
     if not enabled():
         return
@@ -316,9 +318,13 @@ def track_evaluation(config, run_dir: Path, out_dir: Path, digest: str) -> None:
     try:
         if tracker.get_tag("eval_digest") != digest:
             scores = workspace.eval_scores(out_dir)
+            probes = read_probe(out_dir)
             tracker.log_metrics([("eval_mean_score", sum(v) / len(v), step)
-                                 for step, v in sorted(scores.items())])
-            tracker.log_artifacts([out_dir / "eval.csv", out_dir / "eval.json"])
+                                 for step, v in sorted(scores.items())]
+                                + [(f"probe_{key}", r[key], r["step"]) for r in probes
+                                   for key in ("q_spread", "greedy_actions", "max_q")])
+            tracker.log_artifacts([out_dir / "eval.csv", out_dir / "eval.json",
+                                   *([out_dir / workspace.PROBE_CSV] if probes else [])])
             tracker.set_tag("eval_digest", digest)
     finally:
         tracker.finish()

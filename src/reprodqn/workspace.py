@@ -35,6 +35,7 @@ RUN_RECORDS = ("hashes.jsonl", "process.jsonl", "config.json", "conditions.json"
                "determinism.json", "complete.json")
 PROGRESS_RECORD = "progress.json"  # a training run's latest progress line, for the study
 EVAL_CSV_FIELDS = ("step", "episode", "start_sequence", "sticky_seed", "score", "frames")
+PROBE_CSV = "probe.csv"  # the blind-network probe per checkpoint, beside eval.csv
 
 
 def run_dir(runs: Path, group: str, run: int) -> Path:
