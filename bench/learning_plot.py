@@ -1,9 +1,11 @@
 """Plot learning checks side by side: greedy score on the authors' start states, mean
 max-Q, and distinct greedy actions per checkpoint, with the step-0 network and the
-uniform-random policy as baselines (bench/learning_check.py writes the inputs).
+uniform-random policy as baselines (bench/learning_check.py writes the inputs), and, with
+--dopamine, Dopamine's published Breakout curves on the score panel.
 
     .venv/bin/python bench/learning_plot.py --out docs/learning-check.png \\
-        "DQN=build/lc/dqn/learning_check.jsonl" "Double DQN=build/lc/double/learning_check.jsonl"
+        --dopamine docs/learning/dopamine-breakout.json \\
+        "authors-2018=docs/learning/authors-2018/learning_check.jsonl"
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-PANELS = (("score", "greedy score (20 start states)"), ("max_q", "mean max_a Q"),
+PANELS = (("score", "greedy score on the authors' start states"), ("max_q", "mean max_a Q"),
           ("greedy_actions", "distinct greedy actions"),
           ("q_spread", "Q's spread across start states (log)"))
 
@@ -30,12 +32,33 @@ def read(path: Path) -> list[dict]:
         sys.exit(f"{path}: not a learning_check.jsonl ({error})")
 
 
+def draw_dopamine(ax, path: Path, last_step: int) -> None:
+    """Their mean training return per 250K-step iteration, at each iteration's midpoint, up
+    to our longest run: a different measure (epsilon-greedy training episodes with sticky
+    actions) from ours (greedy play from start states), so only its shape compares."""
+    try:
+        doc = json.loads(path.read_text())
+        size = doc["iteration_agent_steps"]
+        agents = doc["agents"]
+    except (OSError, json.JSONDecodeError, KeyError) as error:
+        sys.exit(f"{path}: not a Dopamine reference file ({error})")
+    for style, (name, agent) in zip(("-.", ":"), agents.items(), strict=False):
+        points = [((i + 0.5) * size, value) for i, value in enumerate(agent["returns"])
+                  if i * size <= last_step]
+        ax.plot(*zip(*points, strict=True), ls=style, color="grey", lw=1.5,
+                label=f"{name}: training return, sticky actions")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", metavar="LABEL=JSONL")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--title", default="Learning check: Breakout, paper hyperparameters "
-                        "(ε 1→0.1 over 100K from 20K, replay 300K)")
+    parser.add_argument("--title", default="Learning checks on Breakout: ε 1→0.1 over 100K "
+                        "steps from step 20K, replay 300K; greedy play on the authors' 100 "
+                        "start states, 18,000-frame cap")
+    parser.add_argument("--dopamine", type=Path, default=None,
+                        help="docs/learning/dopamine-breakout.json: their per-iteration "
+                             "training returns, drawn on the score panel")
     args = parser.parse_args()
     runs = []
     for item in args.runs:
@@ -52,6 +75,9 @@ def main() -> None:
         first = runs[0][1][0]
         if key in first["step0"]:
             ax.axhline(first["step0"][key], color="grey", ls="--", lw=1, label="step-0 network")
+        if key == "score" and args.dopamine:
+            draw_dopamine(ax, args.dopamine, max(line["step"] for _, lines in runs
+                                                 for line in lines))
         if key == "q_spread":
             ax.set_yscale("log")
         elif key != "max_q":  # a random policy's Q-values are noise

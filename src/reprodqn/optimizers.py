@@ -111,7 +111,7 @@ class Adam(torch.optim.Adam):
                 step_size = lr / (1 - beta1 ** step)
                 correction2_sqrt = (1 - beta2 ** step) ** 0.5
                 floor = exact_sqrt_floor(eps, correction2_sqrt)
-                denom = (exp_avg_sq.clamp_min(floor).sqrt_() / correction2_sqrt).add_(eps)
+                denom = exp_avg_sq.clamp_min(floor).sqrt_().div_(correction2_sqrt).add_(eps)
                 param.addcdiv_(exp_avg, denom, value=-step_size)
 
 
