@@ -11,6 +11,7 @@ unless REPRODQN_REQUIRE_CHROMIUM=1 (CI sets it), where it fails instead.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import PARAMS, TINY, cli_env
+from .conftest import PARAMS, ROOT, TINY, cli_env
 
 CHROMIUM = shutil.which("chromium")
 DRIVER = shutil.which("chromedriver")
@@ -76,6 +77,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def make_ui_env() -> dict[str, str]:
+    """The variables `make ui` sets before `mlflow ui`, so the test serves what users get."""
+    recipe = re.search(r"^ui:.*?\n\t(?:.*\n\t)*?\s*((?:\w+=\S+\s+)+)mlflow ui",
+                       (ROOT / "Makefile").read_text(), re.M)
+    assert recipe, "Makefile: no `mlflow ui` line in the ui target"
+    return dict(item.split("=", 1) for item in recipe.group(1).split())
+
+
 @pytest.fixture(scope="module")
 def server(store):
     root, experiment = store
@@ -84,7 +93,7 @@ def server(store):
     process = subprocess.Popen(
         [str(mlflow), "ui", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
          "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        env=cli_env(MLFLOW_DISABLE_TELEMETRY="true"), stdout=subprocess.DEVNULL,
+        env=cli_env(**make_ui_env()), stdout=subprocess.DEVNULL,
         stderr=open(root / "ui.log", "w"))  # noqa: SIM115 -- the child holds it
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + DEADLINE
@@ -99,7 +108,7 @@ def server(store):
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"mlflow ui did not answer: {(root / 'ui.log').read_text()[-500:]}")
             time.sleep(0.2)
-        yield base, experiment
+        yield base, experiment, process.pid
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -165,7 +174,7 @@ def test_the_experiment_opens_on_nested_runs_and_charts_the_eval_score(server, d
                                                                       tmp_path):
     from selenium.webdriver.common.by import By
 
-    base, experiment = server
+    base, experiment, _ = server
     started = time.monotonic()
     # the link `make ui` prints: the runs of this experiment, in the model-training view
     from reprodqn.tracking import ui_link
@@ -189,3 +198,15 @@ def test_the_experiment_opens_on_nested_runs_and_charts_the_eval_score(server, d
     assert drawn - children <= {"study"}
     driver.save_screenshot(str(tmp_path / "mlflow-charts.png"))
     print(f"browser checks took {time.monotonic() - started:.1f}s")
+
+
+def test_make_ui_starts_no_mlflow_job_workers(server):
+    """MLflow's server jobs (a job runner and huey consumers, ~240 MB each) serve GenAI
+    features the study never uses; `make ui` turns them off."""
+    import psutil
+
+    *_, pid = server
+    time.sleep(5)  # MLflow starts its job workers after the server answers
+    commands = [" ".join(child.cmdline()) for child in psutil.Process(pid).children(
+        recursive=True)]
+    assert commands and not [c for c in commands if "huey" in c or "_job_runner" in c]
