@@ -200,6 +200,13 @@ class GroupConfig(Frozen):
         default_factory=dict, description="Dotted overrides of the base config for this group."
     )
 
+    @model_validator(mode="after")
+    def _varied_seed_not_set(self) -> GroupConfig:
+        if self.vary and f"seeds.{self.vary}" in self.set:
+            raise ValueError(f"set.seeds.{self.vary}: this group varies {self.vary}, so its "
+                             f"runs take it from seeds, not set")
+        return self
+
 
 class StudyConfig(Frozen):
     """The six-group sensitivity study of the paper."""
@@ -323,8 +330,9 @@ def canonical_json(value: Any) -> str:
 def load_params(path: str | Path = "params.yaml", overrides: list[str] | tuple = (),
                 overlay: str | Path | list | None = None) -> Params:
     """Read params.yaml, apply overlay files in order (partial params files, e.g. a variant
-    preset, then the smoke scale) and `--set key.path=value` overrides, validate. Raises
-    InputError."""
+    preset, then the smoke scale) and `--set key.path=value` overrides, validate, and
+    resolve every group's run config so that a bad value in any group's `set` is refused
+    now, by every command, not when that group's jobs start. Raises InputError."""
     raw = params_files.load_raw(path)
     origin = {}
     overlays = [] if overlay is None else overlay if isinstance(overlay, list) else [overlay]
@@ -334,7 +342,10 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | tuple =
         key, value = params_files.parse_override(item)
         params_files.set_dotted(raw, key, value, source=f"--set {item}")
         origin[key] = f"--set {item}"
-    return _validate(Params, raw, str(path), origin)
+    params = _validate(Params, raw, str(path), origin)
+    for group in params.study.groups:  # every group's run config, not only the one run now
+        resolve_run(params, group, 0)
+    return params
 
 
 def resolve_run(params: Params, group: str, run: int) -> RunConfig:
