@@ -18,7 +18,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from reprodqn import artifact, provenance, workspace
+from reprodqn import artifact, provenance, run_lock, workspace
 from reprodqn.errors import InputError
 from reprodqn.files import atomic_open, sha256_file
 
@@ -54,7 +54,8 @@ def collect(root: Path, checkpoints: bool) -> list[Path]:
     files = set(_tracked(root))
     for directory in workspace.RESULT_DIRS:
         files |= {p.relative_to(root) for p in (root / directory).rglob("*")
-                  if p.is_file() and not p.name.endswith(".progress.jsonl")}
+                  if p.is_file() and not p.name.endswith(".progress.jsonl")
+                  and p.name != run_lock.LOCK_NAME}
     for run_dir in sorted(p for p in runs.glob("*/*") if p.is_dir()):
         files |= {(run_dir / name).relative_to(root) for name in workspace.RUN_RECORDS
                   if (run_dir / name).exists()}

@@ -111,13 +111,16 @@ def cmd_import(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from reprodqn import blindness, probe, tracking
+    from reprodqn import blindness, probe, run_lock, tracking
     from reprodqn.evaluate import evaluate_stage
 
     params = _load(args)
-    done = evaluate_stage(params, args.group, args.run, args.runs_dir, args.evaluations_dir,
-                          args.start_sequences, args.workers)
-    alarm = probe.probe_stage(params, done, args.start_sequences)
+    label = f"evaluate {args.group}/{args.run}"
+    with run_lock.hold(workspace.eval_dir(args.evaluations_dir, args.group, args.run), label,
+                       run_lock.wait_from_env()):
+        done = evaluate_stage(params, args.group, args.run, args.runs_dir,
+                              args.evaluations_dir, args.start_sequences, args.workers)
+        alarm = probe.probe_stage(params, done, args.start_sequences)
     if alarm:
         print(f"evaluate {args.group}/{args.run}: {blindness.alarm_line(alarm)}",
               file=sys.stderr)

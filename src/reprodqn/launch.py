@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reprodqn import isa
+from reprodqn import isa, run_lock
 from reprodqn.errors import InputError
 from reprodqn.progress import format_duration
 
@@ -51,6 +51,9 @@ def job_environment(threads: int) -> dict[str, str]:
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", isa.CUBLAS_WORKSPACE)
     env.update(dict.fromkeys(isa.THREAD_ENV, str(threads)))
     env["PYTHONUNBUFFERED"] = "1"
+    # a job meeting a run another process writes waits for it, then skips or resumes
+    env.setdefault(run_lock.WAIT_ENV, os.environ.get(run_lock.WAIT_ENV,
+                                                     str(run_lock.EXECUTOR_WAIT)))
     return env
 
 

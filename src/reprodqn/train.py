@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reprodqn import determinism, provenance, resume, workspace
+from reprodqn import determinism, provenance, resume, run_lock, workspace
 from reprodqn.agent import make_agent
 from reprodqn.atari import FrameHistory, TrainingEnv
 from reprodqn.checkpoints import cpu_weights, save_weights
@@ -216,7 +216,9 @@ def prepare_run_dir(config: RunConfig, run_dir: Path, restart: bool,
         raise InputError(f"{run_dir}: holds a run trained with {stale}; rerun with "
                          "--restart to discard it")
     if stale or (restart and not (run_dir / "config.json").exists() and run_dir.exists()):
-        shutil.rmtree(run_dir)
+        for child in run_dir.iterdir():  # all but the lock this process holds
+            if child.name != run_lock.LOCK_NAME:
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / "config.json", {"digest": config.digest(), "fingerprint": fingerprint,
                                          "config": config.model_dump(mode="json")})
@@ -226,8 +228,15 @@ def train(config: RunConfig, run_dir: Path, restart: bool = False,
           until: int | None = None) -> Iterator[object]:
     """Train one run to completion, resuming from its last resume point if there is one.
     With `until`, stop after that step and leave a resume point there instead (a spot-check
-    of a shipped run, or a resume point to ship)."""
+    of a shipped run, or a resume point to ship). The run's lock is held throughout: a
+    second writer is refused, or an executor's job waits (run_lock)."""
     run_dir = Path(run_dir)
+    with run_lock.hold(run_dir, f"train {config.group}/{config.run}", run_lock.wait_from_env()):
+        yield from _train(config, run_dir, restart, until)
+
+
+def _train(config: RunConfig, run_dir: Path, restart: bool,
+           until: int | None) -> Iterator[object]:
     device, applied = determinism.configure(config.compute.device, config.compute.threads,
                                             config.compute.deterministic_gpu)
     conditions = provenance.collect(config.compute)
