@@ -12,6 +12,7 @@ from pathlib import Path
 
 from reprodqn import cli_forensics, workspace
 from reprodqn.cli_common import load as _load
+from reprodqn.cli_common import resolve_params_path
 from reprodqn.cli_common import stage as _stage
 from reprodqn.errors import InputError
 
@@ -275,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    resolve_params_path(args)
     try:
         if hasattr(args, "params") and args.handler is not cmd_params:
             _load(args)

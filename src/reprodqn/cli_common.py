@@ -8,10 +8,22 @@ from pathlib import Path
 
 
 def add_params_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--params", default="params.yaml", type=Path,
-                        help="parameters file (default: params.yaml)")
+    parser.add_argument("--params", default=None, type=Path,
+                        help="parameters file (default: params.yaml; for a command with "
+                             "--reference, the reference's own params.yaml if it has one)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY.PATH=VALUE", help="override one parameter (repeatable)")
+
+
+def resolve_params_path(args) -> None:
+    """An explicit --params wins; else a command comparing with a reference (a workspace or
+    an unpacked bundle) takes the reference's own params.yaml, so a reader can run it from
+    any directory; else ./params.yaml."""
+    if not hasattr(args, "params") or args.params is not None:
+        return
+    reference = getattr(args, "reference", None)
+    shipped = Path(reference) / "params.yaml" if reference is not None else None
+    args.params = shipped if shipped is not None and shipped.is_file() else Path("params.yaml")
 
 
 def load(args):
