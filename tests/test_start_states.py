@@ -164,3 +164,21 @@ def test_the_shipped_authors_states_are_what_the_importer_makes_of_their_file(tm
     assert out.read_bytes() == shipped
     doc = start_states.load(folder / "authors.json", at_least=100)
     assert all(s[:2] == [0, 0] for s in doc["sequences"])  # their two NOOP frames
+
+
+def test_import_keeps_an_existing_file_with_other_provenance_unless_replaced(tmp_path):
+    """Without --out the importer would overwrite the shipped authors.json and lose where
+    it came from: a file with other contents is kept, with one line, unless --replace."""
+    from .conftest import ROOT
+
+    folder = ROOT / "start_sequences"
+    out = tmp_path / "authors.json"
+    out.write_bytes((folder / "authors.json").read_bytes())
+    with pytest.raises(InputError, match="exists with other contents"):
+        start_states.import_authors_file(folder / "authors-initstates.txt", out, 100)
+    assert out.read_bytes() == (folder / "authors.json").read_bytes()
+    origin = json.loads(out.read_text())["provenance"]
+    start_states.import_authors_file(folder / "authors-initstates.txt", out, 100, origin)
+    assert out.read_bytes() == (folder / "authors.json").read_bytes()  # same: no refusal
+    start_states.import_authors_file(folder / "authors-initstates.txt", out, 100, replace=True)
+    assert "repository" not in json.loads(out.read_text())["provenance"]

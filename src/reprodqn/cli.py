@@ -105,7 +105,8 @@ def cmd_import(args) -> int:
 
     origin = {"repository": args.repository, "commit": args.commit, "path": args.path,
               "license": args.license}
-    doc = start_states.import_authors_file(args.file, args.out, args.count, origin)
+    doc = start_states.import_authors_file(args.file, args.out, args.count, origin,
+                                           args.replace)
     print(f"start-states import: {doc['count']} sequences, sha256 "
           f"{doc['sequences_sha256'][:12]} -> {args.out}", file=sys.stderr)
     return 0
@@ -257,6 +258,8 @@ def _add_tools(sub) -> None:
     q.add_argument("file", type=Path, help="one Python list of ALE action ids per line")
     q.add_argument("--out", type=Path, default=workspace.START_SEQUENCES / "authors.json")
     q.add_argument("--count", type=int, default=100, help="sequences expected (default 100)")
+    q.add_argument("--replace", action="store_true",
+                   help="overwrite --out even if it holds other sequences or provenance")
     for name, what in (("repository", "its repository"), ("commit", "the commit it was read "
                        "at"), ("path", "its path there"), ("license", "its license file")):
         q.add_argument(f"--{name}", default=None, help=f"provenance: {what}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -170,9 +171,11 @@ def parse_authors_file(path: Path, expected_count: int) -> list[list[int]]:
 
 
 def import_authors_file(source: Path, out: Path, expected_count: int,
-                        origin: dict[str, str] | None = None) -> dict:
+                        origin: dict[str, str] | None = None, replace: bool = False) -> dict:
     """Convert the authors' format into a start-sequence file; `origin` says where the text
-    came from (repository, commit, path, license), recorded beside its SHA-256."""
+    came from (repository, commit, path, license), recorded beside its SHA-256. An existing
+    `out` with other contents (the shipped authors.json and its provenance, say) is kept
+    unless `replace`."""
     sequences = parse_authors_file(source, expected_count)
     doc = document(sequences, {
         "stage": "import",
@@ -181,6 +184,15 @@ def import_authors_file(source: Path, out: Path, expected_count: int,
         "source_format": "repro_dqn files/initstates.txt (one list literal of ALE ids per line)",
         **{key: value for key, value in (origin or {}).items() if value is not None},
     })
+    out = Path(out)
+    if out.exists() and not replace:
+        try:
+            same = json.loads(out.read_text()) == doc
+        except (OSError, ValueError):
+            same = False
+        if not same:
+            raise InputError(f"{out}: exists with other contents (its sequences or "
+                             "provenance); write elsewhere with --out, or --replace it")
     write_json(out, doc)
     return doc
 
