@@ -10,11 +10,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from reprodqn import cli_forensics, workspace
+from reprodqn import cli_forensics, storage, workspace
 from reprodqn.cli_common import load as _load
 from reprodqn.cli_common import resolve_params_path
 from reprodqn.cli_common import stage as _stage
-from reprodqn.errors import InputError
+from reprodqn.errors import InputError, MachineError
 
 
 def cmd_params(args) -> int:
@@ -118,8 +118,10 @@ def cmd_evaluate(args) -> int:
 
     params = _load(args)
     label = f"evaluate {args.group}/{args.run}"
-    with run_lock.hold(workspace.eval_dir(args.evaluations_dir, args.group, args.run), label,
-                       run_lock.wait_from_env()):
+    out_dir = workspace.eval_dir(args.evaluations_dir, args.group, args.run)
+    with run_lock.hold(out_dir, label, run_lock.wait_from_env()), storage.failures(
+            label, out_dir, lambda: "every checkpoint already evaluated is kept in its "
+            "progress journal"):
         done = evaluate_stage(params, args.group, args.run, args.runs_dir,
                               args.evaluations_dir, args.start_sequences, args.workers)
         alarm = probe.probe_stage(params, done, args.start_sequences)
@@ -287,6 +289,16 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"reprodqn: error: {exc}", file=sys.stderr)
         return 2
+    except MachineError as exc:
+        print(f"reprodqn: machine error: {exc}", file=sys.stderr)
+        return 3
+    except Exception as exc:  # a full disk met outside a stage's own handling (MLflow's)
+        found = storage.describe(exc, args.command, Path.cwd(),
+                                 "every file already written is complete")
+        if found is None:
+            raise
+        print(f"reprodqn: machine error: {found}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("reprodqn: interrupted", file=sys.stderr)
         return 130

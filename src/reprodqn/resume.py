@@ -41,6 +41,22 @@ def save(resume_dir: Path, step: int, state: dict) -> None:
     target, staging = resume_dir / name, resume_dir / f".{name}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    try:
+        files = _write_point(staging, state)
+    except BaseException:  # a full disk, a kill: no half-written point is left behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    fsync_dir(resume_dir)
+    write_json(resume_dir / "latest.json", {"step": step, "directory": name, "files": files})
+    for old in resume_dir.iterdir():
+        if old.is_dir() and old.name != name:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_point(staging: Path, state: dict) -> dict[str, str]:
+    """The point's files in `staging`, synced; their SHA-256 by name."""
     tensors: dict[str, torch.Tensor] = {}
     encoded = _encode(state, "", staging, tensors)
     save_tensors(tensors, str(staging / TENSORS))
@@ -51,13 +67,16 @@ def save(resume_dir: Path, step: int, state: dict) -> None:
             os.fsync(handle.fileno())
         files[path.name] = sha256_file(path)
     fsync_dir(staging)
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    fsync_dir(resume_dir)
-    write_json(resume_dir / "latest.json", {"step": step, "directory": name, "files": files})
-    for old in resume_dir.iterdir():
-        if old.is_dir() and old.name != name:
-            shutil.rmtree(old, ignore_errors=True)
+    return files
+
+
+def kept_point(resume_dir: Path) -> str:
+    """What a failed run keeps, in words: its last good resume point, if any."""
+    try:
+        step = int(read_json(resume_dir / "latest.json", "resume point index")["step"])
+    except (InputError, KeyError, ValueError, TypeError):
+        return "no resume point yet, so the run starts again from step 0"
+    return f"the last good resume point (step {step:,}) is intact"
 
 
 def load(resume_dir: Path, device: torch.device) -> ResumePoint | None:

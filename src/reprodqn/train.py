@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reprodqn import determinism, provenance, resume, run_lock, workspace
+from reprodqn import determinism, provenance, resume, run_lock, storage, workspace
 from reprodqn.agent import make_agent
 from reprodqn.atari import FrameHistory, TrainingEnv
 from reprodqn.checkpoints import cpu_weights, save_weights
@@ -231,7 +231,9 @@ def train(config: RunConfig, run_dir: Path, restart: bool = False,
     of a shipped run, or a resume point to ship). The run's lock is held throughout: a
     second writer is refused, or an executor's job waits (run_lock)."""
     run_dir = Path(run_dir)
-    with run_lock.hold(run_dir, f"train {config.group}/{config.run}", run_lock.wait_from_env()):
+    what = f"train {config.group}/{config.run}"
+    with run_lock.hold(run_dir, what, run_lock.wait_from_env()), storage.failures(
+            what, run_dir, lambda: resume.kept_point(run_dir / "resume")):
         yield from _train(config, run_dir, restart, until)
 
 
@@ -247,6 +249,9 @@ def _train(config: RunConfig, run_dir: Path, restart: bool,
     write_json(run_dir / "determinism.json", applied)
     write_json(run_dir / "conditions.json", conditions)
     run = Run(config, run_dir, device)
+    if config.train.resume_every < config.train.steps:
+        storage.require_room(f"train {config.group}/{config.run}", run_dir,
+                             resume_point_bytes(run), "a resume point")
     offsets = run.load_resume_point()
     if offsets is None:  # a fresh start: drop anything a killed first attempt left behind
         for name in LOGS:
@@ -290,6 +295,14 @@ def _train(config: RunConfig, run_dir: Path, restart: bool,
                {"step": run.step, "updates": run.updates, "loss_chain_sha256": run.loss_chain})
     shutil.rmtree(run_dir / "resume", ignore_errors=True)
     yield Finished(step=run.step)
+
+
+def resume_point_bytes(run: Run) -> int:
+    """About what one resume point writes: the replay memory's arrays (7.06 GB at 1M) and
+    the learner's tensors (weights, target, optimizer state)."""
+    arrays = sum(a.nbytes for a in vars(run.replay).values() if isinstance(a, np.ndarray))
+    tensors = sum(p.numel() * p.element_size() for p in run.agent.online.parameters())
+    return arrays + 4 * tensors
 
 
 def _log_offsets(run_dir: Path) -> dict[str, int]:
