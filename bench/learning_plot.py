@@ -66,15 +66,16 @@ def main() -> None:
         if not sep:
             sys.exit(f"{item}: expected LABEL=path/to/learning_check.jsonl")
         runs.append((label, read(Path(path))))
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 5.2))
     for ax, (key, name) in zip(axes, PANELS, strict=True):
-        for label, lines in runs:
+        for colour, (label, lines) in enumerate(runs):
             shown = [line for line in lines if key in line]  # older logs lack q_spread
             ax.plot([line["step"] for line in shown], [line[key] for line in shown],
-                    marker="o", ms=3, label=label)
+                    marker="o", ms=3, color=f"C{colour}", label=label)
+            if key in lines[0]["step0"]:  # each run's own step-0 network
+                ax.axhline(lines[0]["step0"][key], color=f"C{colour}", ls="--", lw=0.8,
+                           alpha=0.6, label=f"{label.split(' (')[0]}: step-0 network")
         first = runs[0][1][0]
-        if key in first["step0"]:
-            ax.axhline(first["step0"][key], color="grey", ls="--", lw=1, label="step-0 network")
         if key == "score" and args.dopamine:
             draw_dopamine(ax, args.dopamine, max(line["step"] for _, lines in runs
                                                  for line in lines))
@@ -87,9 +88,14 @@ def main() -> None:
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
             lambda x, _: f"{x / 1000:.0f}K"))
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    handles = {}
+    for ax in axes:  # one legend for all panels, below them
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=8,
+               frameon=False)
     fig.suptitle(args.title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".tmp.png")
     fig.savefig(tmp, dpi=110)
