@@ -58,8 +58,8 @@ select: $(STAMP)
 	dvc repro start_sequences/dvc.yaml
 
 # The smoke workspace alone (make docker-run WORKSPACE=build/smoke runs it in the image).
-# PRESET=double|dueling|per|r2d2-priority makes it for a DQN-family variant
-# (params-$(PRESET).yaml, applied before the smoke scale).
+# PRESET=double|dueling|per|r2d2-priority|authors-2018|deepmind-2015|adam makes it for a preset
+# (presets/$(PRESET).yaml, applied before the smoke scale, presets/smoke.yaml).
 smoke-workspace: $(STAMP)
 	rm -rf $(SMOKE) && mkdir -p $(SMOKE)
 	cp dvc.yaml .dvcignore CITATION.cff $(SMOKE)/ && cp -r .dvc $(SMOKE)/.dvc && rm -rf $(SMOKE)/.dvc/tmp
@@ -67,9 +67,9 @@ smoke-workspace: $(STAMP)
 	  $(SMOKE)/start_sequences/
 	cp -r src $(SMOKE)/src && find $(SMOKE)/src -name __pycache__ -prune -exec rm -rf {} +
 	reprodqn params --params params.yaml $(if $(PRESET),--preset $(PRESET)) \
-	  --overlay params-smoke.yaml --out $(SMOKE)/params.yaml
+	  --overlay presets/smoke.yaml --out $(SMOKE)/params.yaml
 
-# The same pipeline at smoke scale (params-smoke.yaml over params.yaml), in a scratch
+# The same pipeline at smoke scale (presets/smoke.yaml over params.yaml), in a scratch
 # workspace so the real one is untouched; MLflow runs go to this workspace's store.
 smoke: smoke-workspace
 	cd $(SMOKE) && MLFLOW_TRACKING_URI=sqlite:///$(MLFLOW_DB) \

@@ -27,7 +27,7 @@ LEARNED = ROOT / "tests" / "data" / f"authors-2018-step{LEARNED_STEP}.safetensor
 @pytest.fixture(scope="module")
 def states():
     """The end states of the authors' 100 start sequences, and the evaluation's chunk."""
-    params = load_params(PARAMS, overlay=[ROOT / "params-authors-2018.yaml"])
+    params = load_params(PARAMS, overlay=[ROOT / "presets" / "authors-2018.yaml"])
     protocol = Protocol.for_run(resolve_run(params, "deterministic", 0), params.evaluation)
     sequences = start_states.load(ROOT / params.evaluation.start_sequences)["sequences"]
     return end_state_histories(sequences, protocol), protocol.chunk

@@ -23,9 +23,9 @@ from reprodqn.errors import InputError
 from reprodqn.files import atomic_open, sha256_file
 
 PROJECT_FILES = ("README.md", "CITATION.cff", "Makefile", "Dockerfile", ".dockerignore",
-                 "pyproject.toml", "requirements.lock", "params.yaml", "params-smoke.yaml",
+                 "pyproject.toml", "requirements.lock", "params.yaml",
                  "dvc.yaml", "dvc.lock", ".dvcignore", ".dvc/config", ".gitignore")
-PROJECT_DIRS = ("src", "tests", "bench", ".ci")
+PROJECT_DIRS = ("src", "tests", "bench", ".ci", "presets")
 ROOT = "reprodqn-bundle"
 METADATA = ("CITATION.cff", "ro-crate-metadata.json")  # written by the bundle, for archives
 

@@ -8,18 +8,19 @@ from pathlib import Path
 
 from reprodqn.errors import InputError
 
-# params overlays beside params.yaml: params-<name>.yaml (`reprodqn params --preset NAME`,
+# params overlays in presets/ beside params.yaml: presets/<name>.yaml (`reprodqn params --preset NAME`,
 # `make smoke PRESET=NAME`)
 PRESETS = ("double", "dueling", "per", "r2d2-priority", "authors-2018", "deepmind-2015",
            "adam")
 
 
 def preset_path(params_path: str | Path, name: str) -> Path:
-    """The overlay file of a preset, beside the params file; one line for an unknown name."""
+    """The overlay file of a preset, in presets/ beside the params file; one line for an
+    unknown name."""
     if name not in PRESETS:
         raise InputError(f"--preset {name}: unknown variant; expected one of "
                          f"{', '.join(PRESETS)}")
-    return Path(params_path).parent / f"params-{name}.yaml"
+    return Path(params_path).parent / "presets" / f"{name}.yaml"
 
 # the DQN-family switches (issue 13); these values are the authors' DQN
 VARIANT_DEFAULTS = {"agent": {"double": False, "dueling": False, "n_step": 1,
