@@ -280,7 +280,8 @@ def test_presets_are_overlays_that_run_at_smoke_scale_and_name_their_algorithm(p
     from .conftest import ROOT
 
     assert preset in PRESETS and preset_path(PARAMS, preset).exists()
-    params = load_params(PARAMS, overlay=[preset_path(PARAMS, preset), ROOT / "presets" / "smoke.yaml"])
+    smoke = ROOT / "presets" / "smoke.yaml"
+    params = load_params(PARAMS, overlay=[preset_path(PARAMS, preset), smoke])
     assert algorithm_name(params) == name
     assert params.train.steps == 3000  # the smoke scale applied after the preset
     assert algorithm_name(resolve_run(params, "environment", 1)) == name

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from reprodqn.errors import InputError
 
-# params overlays in presets/ beside params.yaml: presets/<name>.yaml (`reprodqn params --preset NAME`,
-# `make smoke PRESET=NAME`)
+# params overlays in presets/ beside params.yaml: presets/<name>.yaml
+# (`reprodqn params --preset NAME`, `make smoke PRESET=NAME`)
 PRESETS = ("double", "dueling", "per", "r2d2-priority", "authors-2018", "deepmind-2015",
            "adam")
 
