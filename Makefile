@@ -97,13 +97,14 @@ bench: $(STAMP)
 	$(BIN)/python bench/update_options.py
 	$(BIN)/python bench/act_forward.py
 	$(BIN)/python bench/determinism_overhead.py
+	$(BIN)/python bench/optimizer_step.py
 
 # The README's module table, from the package's own docstrings (a test checks it).
 readme: $(STAMP)
 	$(BIN)/python -m tests.test_shape
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench experiments
 	$(BIN)/hadolint --no-color Dockerfile
 
 # The MLflow UI over this workspace's store, on this machine only. MLflow 3.17 opens an

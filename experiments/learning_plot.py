@@ -1,9 +1,9 @@
 """Plot learning checks side by side: greedy score on the authors' start states, mean
 max-Q, and distinct greedy actions per checkpoint, with the step-0 network and the
-uniform-random policy as baselines (bench/learning_check.py writes the inputs), and, with
+uniform-random policy as baselines (experiments/learning_check.py writes the inputs), and, with
 --dopamine, Dopamine's published Breakout curves on the score panel.
 
-    .venv/bin/python bench/learning_plot.py --out docs/learning-check.png \\
+    .venv/bin/python experiments/learning_plot.py --out docs/learning-check.png \\
         --dopamine docs/learning/dopamine-breakout.json \\
         "authors-2018=docs/learning/authors-2018/learning_check.jsonl"
 """

@@ -13,7 +13,7 @@ flags; every other value is params.yaml's (plus the variant's preset), unless `-
 changes it for a diagnostic side check (the header names every such departure). Not for CI: a
 meaningful check is >= 500K agent steps (about 2-3 hours per 500K steps on one core).
 
-    .venv/bin/python bench/learning_check.py --preset double --steps 500000 \\
+    .venv/bin/python experiments/learning_check.py --preset double --steps 500000 \\
         --epsilon-decay-steps 100000 --learning-starts 20000 --capacity 300000 \\
         --checkpoint-every 50000 --out build/learning-check/double
 """
