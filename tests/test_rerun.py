@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -154,3 +155,22 @@ def test_a_bundle_ships_the_resume_point_and_the_spot_check_starts_there(shipped
                "600", cwd=work)
     assert out.returncode == 0, out.stderr
     assert "from the shipped resume point at step 400" in out.stdout
+
+
+def test_commands_with_a_reference_take_its_params_unless_given(tmp_path):
+    import argparse
+
+    from reprodqn.cli_common import resolve_params_path
+
+    bundle = tmp_path / "bundle"
+    point = bundle / "resume-points" / "deterministic" / "0"
+    point.mkdir(parents=True)
+    (bundle / "params.yaml").write_text("# the shipped params\n")
+    cases = [({"reference": bundle}, bundle / "params.yaml"),
+             ({"resume": point}, bundle / "params.yaml"),
+             ({"reference": tmp_path / "nothing-here"}, Path("params.yaml")),
+             ({"reference": bundle, "params": Path("mine.yaml")}, Path("mine.yaml"))]
+    for given, expected in cases:
+        args = argparse.Namespace(**{"params": None, **given})
+        resolve_params_path(args)
+        assert args.params == expected, given

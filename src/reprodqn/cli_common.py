@@ -17,13 +17,18 @@ def add_params_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resolve_params_path(args) -> None:
     """An explicit --params wins; else a command comparing with a reference (a workspace or
-    an unpacked bundle) takes the reference's own params.yaml, so a reader can run it from
-    any directory; else ./params.yaml."""
+    an unpacked bundle: verify --reference, trace --resume of a shipped resume point) takes
+    the reference's own params.yaml, so a reader can run it from any directory; else
+    ./params.yaml."""
     if not hasattr(args, "params") or args.params is not None:
         return
-    reference = getattr(args, "reference", None)
-    shipped = Path(reference) / "params.yaml" if reference is not None else None
-    args.params = shipped if shipped is not None and shipped.is_file() else Path("params.yaml")
+    candidates = []
+    if getattr(args, "reference", None) is not None:
+        candidates.append(Path(args.reference) / "params.yaml")
+    if getattr(args, "resume", None) is not None:  # a bundle's resume-points/GROUP/RUN
+        candidates += [parent / "params.yaml" for parent in Path(args.resume).parents][:3]
+    shipped = next((c for c in candidates if c.is_file()), None)
+    args.params = shipped or Path("params.yaml")
 
 
 def load(args):
