@@ -313,7 +313,7 @@ class RunConfig(Frozen):
                              if k not in defaults or defaults[k] != v}
         if not self.replay.prioritized:
             del body["priority"]
-        return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+        return json_digest(body)
 
 
 RUN_SECTIONS = ("env", "agent", "replay", "train", "seeds", "compute", "priority")
@@ -321,6 +321,11 @@ RUN_SECTIONS = ("env", "agent", "replay", "train", "seeds", "compute", "priority
 
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def json_digest(value: Any) -> str:
+    """SHA-256 of a JSON value's canonical form: how every digest here is made."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------

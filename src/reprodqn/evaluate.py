@@ -33,7 +33,7 @@ import torch
 from reprodqn import determinism, rng, workspace
 from reprodqn.atari import Emulator, FrameHistory, replay_start_sequence, start_without_sequence
 from reprodqn.checkpoints import load_weights
-from reprodqn.config import canonical_json
+from reprodqn.config import json_digest
 from reprodqn.launch import default_workers
 from reprodqn.network import QNetwork, q_values
 from reprodqn.progress import Progress
@@ -249,13 +249,12 @@ class CheckpointEvaluated:
 
 def evaluation_digest(protocol: Protocol, specs, sequences_sha256: str | None,
                       hashes: list[dict]) -> str:
-    import hashlib
 
     body = {"protocol": asdict(protocol), "specs": [asdict(s) for s in specs],
             "start_sequences": sequences_sha256,
             "checkpoints": [[h["step"], h["weights_sha256"]] for h in hashes],
             "inference_threads": EVAL_THREADS}
-    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+    return json_digest(body)
 
 
 def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Evaluator, specs,

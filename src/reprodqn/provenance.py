@@ -11,7 +11,6 @@ unrelated package, keeps it; a different GPU or torch build changes it and retra
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import subprocess
@@ -20,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 
 from reprodqn import isa
-from reprodqn.config import canonical_json
+from reprodqn.config import json_digest
 
 # instruction-set flags that decide which kernels torch, oneDNN, MKL and OpenCV run
 ISA_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq",
@@ -185,7 +184,7 @@ def fingerprint_fields(conditions: dict) -> dict:
 
 
 def fingerprint(conditions: dict) -> str:
-    return hashlib.sha256(canonical_json(fingerprint_fields(conditions)).encode()).hexdigest()
+    return json_digest(fingerprint_fields(conditions))
 
 
 def differences(ours: dict, theirs: dict, prefix: str = "") -> list[str]:

@@ -14,7 +14,7 @@ from reprodqn.events import CheckpointWritten, ProcessRecord
 from reprodqn.files import read_json
 
 CHAINS = ("weights_sha256", "loss_chain_sha256", "updates")
-LOGS = ("hashes.jsonl", "process.jsonl")
+LOGS = workspace.RUN_LOGS
 SHIPPED_LOGS = "logs"  # beside a shipped resume point: the run's logs as they were there
 
 
@@ -48,8 +48,8 @@ def shipped_config(reference: Path, group: str, run: int, fallback: Path,
 def shipped_resume_point(reference: Path, group: str, run: int, until: int) -> Path | None:
     """A resume directory the reference ships for this run at or before `until`."""
     resume_dir = workspace.resume_points_dir(reference, group, run)
-    latest = resume_dir / "latest.json"
-    if latest.exists() and int(read_json(latest, "resume point index")["step"]) <= until:
+    step = workspace.latest_resume_step(resume_dir)
+    if step is not None and step <= until:
         return resume_dir
     return None
 

@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file as load_tensors
 from safetensors.torch import save_file as save_tensors
 
+from reprodqn import workspace
 from reprodqn.errors import InputError
 from reprodqn.files import fsync_dir, read_json, sha256_file, write_json
 
@@ -49,7 +50,8 @@ def save(resume_dir: Path, step: int, state: dict) -> None:
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     fsync_dir(resume_dir)
-    write_json(resume_dir / "latest.json", {"step": step, "directory": name, "files": files})
+    write_json(resume_dir / workspace.RESUME_INDEX,
+               {"step": step, "directory": name, "files": files})
     for old in resume_dir.iterdir():
         if old.is_dir() and old.name != name:
             shutil.rmtree(old, ignore_errors=True)
@@ -73,8 +75,10 @@ def _write_point(staging: Path, state: dict) -> dict[str, str]:
 def kept_point(resume_dir: Path) -> str:
     """What a failed run keeps, in words: its last good resume point, if any."""
     try:
-        step = int(read_json(resume_dir / "latest.json", "resume point index")["step"])
-    except (InputError, KeyError, ValueError, TypeError):
+        step = workspace.latest_resume_step(resume_dir)
+    except InputError:
+        step = None
+    if step is None:
         return "no resume point yet, so the run starts again from step 0"
     return f"the last good resume point (step {step:,}) is intact"
 
@@ -82,7 +86,7 @@ def kept_point(resume_dir: Path) -> str:
 def load(resume_dir: Path, device: torch.device) -> ResumePoint | None:
     """The latest point, every file checked against its recorded hash; None if there is
     none. Arrays come back memory-mapped: the parts copy them into their own buffers."""
-    latest_path = resume_dir / "latest.json"
+    latest_path = resume_dir / workspace.RESUME_INDEX
     if not latest_path.exists():
         return None
     latest = read_json(latest_path, "resume point index")

@@ -9,13 +9,12 @@ emulator frame, a raw ALE action id, as in the authors' code and their shipped f
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
 
-from reprodqn.config import canonical_json
+from reprodqn.config import json_digest
 from reprodqn.errors import InputError
 from reprodqn.files import read_json, sha256_file, write_json, write_text
 from reprodqn.rng import GENERATOR, stream
@@ -27,7 +26,7 @@ BREAKOUT_ACTIONS = (0, 1, 3, 4)  # NOOP, FIRE, RIGHT, LEFT
 
 
 def sequences_sha256(sequences: list[list[int]]) -> str:
-    return hashlib.sha256(canonical_json(sequences).encode()).hexdigest()
+    return json_digest(sequences)
 
 
 def document(sequences: list[list[int]], provenance: dict) -> dict:

@@ -25,9 +25,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
-from reprodqn import determinism, provenance, resume
+from reprodqn import determinism, provenance, resume, workspace
 from reprodqn.errors import InputError
-from reprodqn.files import atomic_open, read_json
+from reprodqn.files import atomic_open
 
 FORMAT = "reprodqn-trace/1"
 NAMED_BY_TENSOR = ("optimizer", "sync")  # ops outside any module: named by what they touch
@@ -177,11 +177,6 @@ def record(run, updates: int, out: Path, header: dict, progress=None) -> dict:
     return {"updates": done, "ops": ops, "seconds_per_update": seconds / max(done, 1)}
 
 
-def _resume_step(resume_dir: Path) -> int | None:
-    latest = resume_dir / "latest.json"
-    return int(read_json(latest, "resume point index")["step"]) if latest.exists() else None
-
-
 def open_window(config, run_dir: Path, from_step: int, resume_dir: Path | None,
                 scratch: Path, device: torch.device):
     """A Run at `from_step`: from `resume_dir`, else the run's own resume point if it is at
@@ -191,7 +186,7 @@ def open_window(config, run_dir: Path, from_step: int, resume_dir: Path | None,
 
     if resume_dir is None and from_step > 0:
         resume_dir = Path(run_dir) / "resume"
-        if _resume_step(resume_dir) != from_step:
+        if workspace.latest_resume_step(resume_dir) != from_step:
             print(f"trace: no resume point at step {from_step} in {resume_dir}; retraining "
                   f"{config.group}/{config.run} to it here first", file=sys.stderr)
             resume_dir = rerun.retrain(config, scratch / "to-window", from_step) / "resume"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from reprodqn import workspace
 from reprodqn.blindness import read_probe
-from reprodqn.config import RUN_SECTIONS, canonical_json
+from reprodqn.config import RUN_SECTIONS, json_digest
 from reprodqn.events import Finished, ProcessRecord, Started
 from reprodqn.files import read_json
 from reprodqn.variants import algorithm_name
@@ -339,7 +339,7 @@ def study_identity(params, fingerprint: str | None) -> dict[str, str]:
     evaluation and report knobs change its report, not which runs it holds)."""
     body = params.model_dump(mode="json", include={*RUN_SECTIONS, "study"})
     body["train"].pop("resume_every", None)
-    digest = hashlib.sha256(canonical_json([body, fingerprint]).encode()).hexdigest()
+    digest = json_digest([body, fingerprint])
     return {f"{TAG}kind": "study", f"{TAG}study_digest": digest}
 
 

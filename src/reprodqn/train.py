@@ -203,7 +203,7 @@ class Run:
 # The loop
 
 
-LOGS = ("hashes.jsonl", "process.jsonl")
+LOGS = workspace.RUN_LOGS
 STEPPED_EVERY = 100  # agent steps between Stepped events: well under a second at any rate
 
 

@@ -99,8 +99,7 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
         raise InputError(f"--until {until}: the run has only {config.train.steps} steps")
     reference_run = workspace.run_dir(reference / workspace.RUNS, group, run)
     resume_dir = rerun.shipped_resume_point(reference, group, run, until)
-    start = 0 if resume_dir is None else int(read_json(resume_dir / "latest.json",
-                                                       "resume point index")["step"])
+    start = 0 if resume_dir is None else workspace.latest_resume_step(resume_dir)
     progress = Progress(f"verify --rerun {group}/{run}", until, start=start)
     rerun.retrain(config, Path(scratch), until, resume_dir, progress=progress.update)
     result = rerun.compare_prefix(reference_run, Path(scratch), until)

@@ -18,6 +18,7 @@ import csv
 import json
 from pathlib import Path
 
+from reprodqn.errors import InputError
 from reprodqn.files import read_json
 
 RUNS = Path("runs")
@@ -30,6 +31,8 @@ RESUME_POINTS = Path("resume-points")  # made for a bundle: `reprodqn resume-poi
 RESULT_DIRS = (START_SEQUENCES, RESULTS, EVALUATIONS, REPORTS,
                RESUME_POINTS)  # what a bundle ships whole
 
+RESUME_INDEX = "latest.json"  # in a resume directory: its latest point, with file hashes
+RUN_LOGS = ("hashes.jsonl", "process.jsonl")  # a run's append-only logs, cut back on resume
 # files of one run that describe it (a bundle ships these; checkpoints only on request)
 RUN_RECORDS = ("hashes.jsonl", "process.jsonl", "config.json", "conditions.json",
                "determinism.json", "complete.json")
@@ -123,3 +126,15 @@ def is_finished(run: Path, digest: str, fingerprint: str | None) -> bool:
     """Complete, with these params and conditions."""
     return ((Path(run) / "complete.json").exists() and (Path(run) / "config.json").exists()
             and stale_reason(run, digest, fingerprint) is None)
+
+
+def latest_resume_step(resume_dir: Path) -> int | None:
+    """The step of a resume directory's latest point, from its index (files unchecked:
+    resume.load checks them); None where there is none."""
+    latest = Path(resume_dir) / RESUME_INDEX
+    if not latest.exists():
+        return None
+    try:
+        return int(read_json(latest, "resume point index")["step"])
+    except (KeyError, ValueError, TypeError):
+        raise InputError(f"{latest}: damaged resume point index (no step)") from None
