@@ -81,3 +81,25 @@ if __name__ == "__main__":  # make readme
     readme = ROOT / "README.md"
     readme.write_text(MODULE_TABLE.sub(lambda m: m.group(1) + module_table() + m.group(3),
                                        readme.read_text()))
+
+
+def record_name_literals(tree: ast.Module) -> list[str]:
+    """String constants in code (docstrings aside) that spell a record's file name."""
+    from reprodqn import workspace
+
+    names = {value for key, value in vars(workspace).items()
+             if key.isupper() and isinstance(value, str) and "." in value}
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+            and node.value in names and id(node) not in docstrings]
+
+
+def test_record_names_are_spelled_only_in_workspace():
+    """One owner for every run-folder and result file name: a literal elsewhere fails."""
+    spelled = {name: found for name, tree in modules().items()
+               if name != "reprodqn.workspace" and (found := record_name_literals(tree))}
+    assert not spelled
+    planted = ast.parse('path = run_dir / "complete.json"\n')
+    assert record_name_literals(planted) == ["complete.json"]  # the check can fail

@@ -167,7 +167,7 @@ def cmd_report(args) -> int:
 
     params = _load(args)
     study = report.load_study(args.root, params.study.groups, params.study.runs_per_group)
-    audit_path = args.root / workspace.RESULTS / "audit.json"
+    audit_path = args.root / workspace.RESULTS / workspace.AUDIT
     audit = read_json(audit_path, "audit record") if audit_path.exists() else None
     algorithm = algorithm_name(params)
     summary = report.write_report(study, args.out_dir, scale_note=report.scale_note(params),

@@ -22,7 +22,7 @@ def cmd_resume_point(args) -> int:
     group, run = rerun.parse_run(args.run)
     config = resolve_run(_load(args), group, run)
     run_dir = workspace.run_dir(args.runs_dir, group, run)
-    if not (run_dir / "complete.json").exists():
+    if not (run_dir / workspace.COMPLETE).exists():
         raise InputError(f"{run_dir}: not a finished run (no complete.json)")
     if not 0 <= args.step <= config.train.steps:
         raise InputError(f"--step {args.step}: expected 0..{config.train.steps}")
@@ -131,7 +131,7 @@ def add_commands(sub) -> None:
                "deterministic on CUDA; check global RNGs, threads, ISA, cuBLAS, cuDNN", cmd_audit)
     p.add_argument("--group", default="deterministic")
     p.add_argument("--run", type=int, default=0)
-    p.add_argument("--out", type=Path, default=workspace.RESULTS / "audit.json")
+    p.add_argument("--out", type=Path, default=workspace.RESULTS / workspace.AUDIT)
     p = sub.add_parser("trace-diff", help="the first update and op where two traces differ")
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)

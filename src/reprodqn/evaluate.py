@@ -265,7 +265,7 @@ def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Ev
     from reprodqn.files import append_line, write_json, write_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    progress_path = out_dir / "eval.progress.jsonl"
+    progress_path = out_dir / workspace.EVAL_PROGRESS
     done: dict[int, list[dict]] = {}
     if progress_path.exists():
         for line in progress_path.read_text().splitlines():
@@ -302,8 +302,8 @@ def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Ev
     writer = csv.DictWriter(buffer, workspace.EVAL_CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    write_text(out_dir / "eval.csv", buffer.getvalue())
-    write_json(out_dir / "eval.json", {
+    write_text(out_dir / workspace.EVAL_CSV, buffer.getvalue())
+    write_json(out_dir / workspace.EVAL_JSON, {
         "digest": digest, "protocol": asdict(evaluator.protocol), "episodes": len(specs),
         "inference_threads": EVAL_THREADS, "workers": evaluator.workers,
         "device": evaluator.device, "start_states": start_states,
@@ -349,7 +349,7 @@ def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
 
     config = resolve_run(params, group, run)
     run_dir = workspace.run_dir(runs, group, run)
-    if not (run_dir / "complete.json").exists():
+    if not (run_dir / workspace.COMPLETE).exists():
         raise InputError(f"{run_dir}: training is not complete; run `reprodqn train "
                          f"--group {group} --run {run}` first")
     hashes = workspace.read_hashes(run_dir)
@@ -367,8 +367,9 @@ def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
     digest = evaluation_digest(protocol, specs, sequences_sha, hashes)
     label = f"evaluate {group}/{run}"
     out_dir = workspace.eval_dir(evaluations, group, run)
-    if (out_dir / "eval.csv").exists() and (out_dir / "eval.json").exists() and read_json(
-            out_dir / "eval.json", "evaluation record").get("digest") == digest:
+    record = out_dir / workspace.EVAL_JSON
+    if (out_dir / workspace.EVAL_CSV).exists() and record.exists() and read_json(
+            record, "evaluation record").get("digest") == digest:
         print(f"{label}: already evaluated", file=sys.stderr)
     else:
         evaluator = Evaluator(protocol, sequences, workers or default_workers(threads=1),

@@ -18,7 +18,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from reprodqn import isa
+from reprodqn import isa, workspace
 from reprodqn.config import json_digest
 
 # instruction-set flags that decide which kernels torch, oneDNN, MKL and OpenCV run
@@ -206,10 +206,10 @@ def write_conditions(compute_config, out_dir: Path) -> dict:
     from reprodqn.files import write_json
 
     conditions = collect(compute_config)
-    write_json(out_dir / "conditions.json", conditions)
-    write_json(out_dir / "fingerprint.json", {"fingerprint": conditions["fingerprint"],
+    write_json(out_dir / workspace.CONDITIONS, conditions)
+    write_json(out_dir / workspace.FINGERPRINT, {"fingerprint": conditions["fingerprint"],
                                               "fields": fingerprint_fields(conditions)})
-    write_sbom(out_dir / "sbom.cdx.json")
+    write_sbom(out_dir / workspace.SBOM)
     return conditions
 
 

@@ -34,11 +34,11 @@ def load_run(run_dir: Path, eval_dir: Path, group: str, run: int) -> RunResult:
     result.probe = blindness.read_probe(eval_dir)
     result.scores = workspace.eval_scores(eval_dir)
     result.steps = sorted(result.scores)
-    if (eval_dir / "eval.json").exists():
-        result.start_states = read_json(eval_dir / "eval.json", "evaluation record").get(
+    if (eval_dir / workspace.EVAL_JSON).exists():
+        result.start_states = read_json(eval_dir / workspace.EVAL_JSON, "evaluation record").get(
             "start_states")
-    if (run_dir / "conditions.json").exists():
-        result.conditions = read_json(run_dir / "conditions.json", "run conditions")
+    if (run_dir / workspace.CONDITIONS).exists():
+        result.conditions = read_json(run_dir / workspace.CONDITIONS, "run conditions")
     return result
 
 

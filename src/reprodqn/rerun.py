@@ -34,7 +34,7 @@ def shipped_config(reference: Path, group: str, run: int, fallback: Path,
     if not params_path.exists():
         params_path = fallback
     config = resolve_run(load_params(params_path, overrides), group, run)
-    recorded_path = workspace.run_dir(reference / workspace.RUNS, group, run) / "config.json"
+    recorded_path = workspace.run_dir(reference / workspace.RUNS, group, run) / workspace.RUN_CONFIG
     if not recorded_path.exists():
         raise InputError(f"{recorded_path}: not found; the reference has no run {group}/{run}")
     recorded = read_json(recorded_path, "run config").get("digest")

@@ -277,8 +277,8 @@ def track_training(events, config, run_dir: Path):
     try:
         for event in events:
             if isinstance(event, Started):
-                recorded = read_json(run_dir / "config.json", "run config")
-                conditions = read_json(run_dir / "conditions.json", "run conditions")
+                recorded = read_json(run_dir / workspace.RUN_CONFIG, "run config")
+                conditions = read_json(run_dir / workspace.CONDITIONS, "run conditions")
                 tracker = RunTracker(config, recorded["fingerprint"], conditions)
                 last_logged = tracker.last_step("epsilon")
                 monitor = SystemMetrics(tracker)
@@ -294,7 +294,8 @@ def track_training(events, config, run_dir: Path):
                 ])
             elif isinstance(event, Finished) and tracker:
                 tracker.log_artifacts([run_dir / name for name in (
-                    "hashes.jsonl", "config.json", "conditions.json", "determinism.json")])
+                    workspace.HASHES, workspace.RUN_CONFIG, workspace.CONDITIONS,
+                    workspace.DETERMINISM)])
                 tracker.log_artifacts([workspace.sbom_path(), workspace.conditions_path()],
                                       "study")
             yield event
@@ -312,8 +313,8 @@ def track_evaluation(config, run_dir: Path, out_dir: Path, digest: str) -> None:
     per evaluation digest."""
     if not enabled():
         return
-    recorded = read_json(run_dir / "config.json", "run config")
-    conditions = read_json(run_dir / "conditions.json", "run conditions")
+    recorded = read_json(run_dir / workspace.RUN_CONFIG, "run config")
+    conditions = read_json(run_dir / workspace.CONDITIONS, "run conditions")
     tracker = RunTracker(config, recorded["fingerprint"], conditions)
     try:
         if tracker.get_tag("eval_digest") != digest:
@@ -323,7 +324,7 @@ def track_evaluation(config, run_dir: Path, out_dir: Path, digest: str) -> None:
                                  for step, v in sorted(scores.items())]
                                 + [(f"probe_{key}", r[key], r["step"]) for r in probes
                                    for key in ("q_spread", "greedy_actions", "max_q")])
-            tracker.log_artifacts([out_dir / "eval.csv", out_dir / "eval.json",
+            tracker.log_artifacts([out_dir / workspace.EVAL_CSV, out_dir / workspace.EVAL_JSON,
                                    *([out_dir / workspace.PROBE_CSV] if probes else [])])
             tracker.set_tag("eval_digest", digest)
     finally:

@@ -215,13 +215,14 @@ def prepare_run_dir(config: RunConfig, run_dir: Path, restart: bool,
     if stale and not restart:
         raise InputError(f"{run_dir}: holds a run trained with {stale}; rerun with "
                          "--restart to discard it")
-    if stale or (restart and not (run_dir / "config.json").exists() and run_dir.exists()):
+    if stale or (restart and not (run_dir / workspace.RUN_CONFIG).exists() and run_dir.exists()):
         for child in run_dir.iterdir():  # all but the lock this process holds
             if child.name != run_lock.LOCK_NAME:
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / "config.json", {"digest": config.digest(), "fingerprint": fingerprint,
-                                         "config": config.model_dump(mode="json")})
+    write_json(run_dir / workspace.RUN_CONFIG, {"digest": config.digest(),
+                                                "fingerprint": fingerprint,
+                                                "config": config.model_dump(mode="json")})
 
 
 def train(config: RunConfig, run_dir: Path, restart: bool = False,
@@ -243,11 +244,11 @@ def _train(config: RunConfig, run_dir: Path, restart: bool,
                                             config.compute.deterministic_gpu)
     conditions = provenance.collect(config.compute)
     prepare_run_dir(config, run_dir, restart, conditions["fingerprint"])
-    if (run_dir / "complete.json").exists():
+    if (run_dir / workspace.COMPLETE).exists():
         yield Finished(step=config.train.steps, already=True)
         return
-    write_json(run_dir / "determinism.json", applied)
-    write_json(run_dir / "conditions.json", conditions)
+    write_json(run_dir / workspace.DETERMINISM, applied)
+    write_json(run_dir / workspace.CONDITIONS, conditions)
     run = Run(config, run_dir, device)
     if config.train.resume_every < config.train.steps:
         storage.require_room(f"train {config.group}/{config.run}", run_dir,
@@ -291,7 +292,7 @@ def _train(config: RunConfig, run_dir: Path, restart: bool,
             run.save_resume_point(_log_offsets(run_dir))
             yield ResumePointWritten(run.step)
         return
-    write_json(run_dir / "complete.json",
+    write_json(run_dir / workspace.COMPLETE,
                {"step": run.step, "updates": run.updates, "loss_chain_sha256": run.loss_chain})
     shutil.rmtree(run_dir / "resume", ignore_errors=True)
     yield Finished(step=run.step)
@@ -323,7 +324,7 @@ def _process_record(run: Run, rate: float) -> ProcessRecord:
         "game_scores": acc.game_scores,
         "steps_per_second": round(rate, 2),
     }
-    append_line(run.dir / "process.jsonl", json.dumps(record))
+    append_line(run.dir / workspace.PROCESS, json.dumps(record))
     run.acc = _Accumulators()
     return ProcessRecord(run.step, record)
 
@@ -339,5 +340,5 @@ def _checkpoint(run: Run) -> CheckpointWritten:
     })
     line = {"step": run.step, "weights_sha256": digest, "loss_chain_sha256": run.loss_chain,
             "updates": run.updates}
-    append_line(run.dir / "hashes.jsonl", json.dumps(line, sort_keys=True))
+    append_line(run.dir / workspace.HASHES, json.dumps(line, sort_keys=True))
     return CheckpointWritten(run.step, digest, run.loss_chain, run.updates, path)

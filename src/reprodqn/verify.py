@@ -103,8 +103,8 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
     progress = Progress(f"verify --rerun {group}/{run}", until, start=start)
     rerun.retrain(config, Path(scratch), until, resume_dir, progress=progress.update)
     result = rerun.compare_prefix(reference_run, Path(scratch), until)
-    ours = read_json(Path(scratch) / "conditions.json", "conditions record")
-    theirs_path = reference_run / "conditions.json"
+    ours = read_json(Path(scratch) / workspace.CONDITIONS, "conditions record")
+    theirs_path = reference_run / workspace.CONDITIONS
     theirs = read_json(theirs_path, "conditions record") if theirs_path.exists() else ours
     result.update(run=f"{group}/{run}", until=until, from_step=start,
                   **conditions_differing(ours, theirs))

@@ -31,11 +31,23 @@ RESUME_POINTS = Path("resume-points")  # made for a bundle: `reprodqn resume-poi
 RESULT_DIRS = (START_SEQUENCES, RESULTS, EVALUATIONS, REPORTS,
                RESUME_POINTS)  # what a bundle ships whole
 
+# record names: every module names these files through here, never by a literal
+HASHES = "hashes.jsonl"  # a run's hash chain, one line per checkpoint
+PROCESS = "process.jsonl"  # a run's process metrics, one line per log_every steps
+RUN_CONFIG = "config.json"  # a run's resolved config with its digest and fingerprint
+CONDITIONS = "conditions.json"  # the experimental conditions (a run's, or results/)
+FINGERPRINT = "fingerprint.json"  # results/: what of the conditions changes numbers
+SBOM = "sbom.cdx.json"  # results/: the CycloneDX bill of materials
+DETERMINISM = "determinism.json"  # a run's numerics settings as applied
+COMPLETE = "complete.json"  # a finished run's last counters
+EVAL_CSV = "eval.csv"  # an evaluation: one row per checkpoint and episode
+EVAL_JSON = "eval.json"  # an evaluation's digest, protocol and start states
+EVAL_PROGRESS = "eval.progress.jsonl"  # an evaluation under way, checkpoint by checkpoint
+AUDIT = "audit.json"  # results/: the nondeterminism audit
 RESUME_INDEX = "latest.json"  # in a resume directory: its latest point, with file hashes
-RUN_LOGS = ("hashes.jsonl", "process.jsonl")  # a run's append-only logs, cut back on resume
+RUN_LOGS = (HASHES, PROCESS)  # a run's append-only logs, cut back on resume
 # files of one run that describe it (a bundle ships these; checkpoints only on request)
-RUN_RECORDS = ("hashes.jsonl", "process.jsonl", "config.json", "conditions.json",
-               "determinism.json", "complete.json")
+RUN_RECORDS = (HASHES, PROCESS, RUN_CONFIG, CONDITIONS, DETERMINISM, COMPLETE)
 PROGRESS_RECORD = "progress.json"  # a training run's latest progress line, for the study
 EVAL_CSV_FIELDS = ("step", "episode", "start_sequence", "sticky_seed", "score", "frames")
 PROBE_CSV = "probe.csv"  # the blind-network probe per checkpoint, beside eval.csv
@@ -54,15 +66,15 @@ def resume_points_dir(root: Path, group: str, run: int) -> Path:
 
 
 def conditions_path(root: Path = Path(".")) -> Path:
-    return Path(root) / RESULTS / "conditions.json"
+    return Path(root) / RESULTS / CONDITIONS
 
 
 def fingerprint_path(root: Path = Path(".")) -> Path:
-    return Path(root) / RESULTS / "fingerprint.json"
+    return Path(root) / RESULTS / FINGERPRINT
 
 
 def sbom_path(root: Path = Path(".")) -> Path:
-    return Path(root) / RESULTS / "sbom.cdx.json"
+    return Path(root) / RESULTS / SBOM
 
 
 def checkpoint_path(run: Path, step: int) -> Path:
@@ -71,7 +83,7 @@ def checkpoint_path(run: Path, step: int) -> Path:
 
 def read_hashes(run: Path) -> list[dict]:
     """hashes.jsonl: one line per checkpoint (step, weights and loss-chain SHA-256, updates)."""
-    path = Path(run) / "hashes.jsonl"
+    path = Path(run) / HASHES
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -79,7 +91,7 @@ def read_hashes(run: Path) -> list[dict]:
 
 def read_process(run: Path) -> list[dict]:
     """process.jsonl: one record per log_every steps (loss, epsilon, scores, loss chain)."""
-    path = Path(run) / "process.jsonl"
+    path = Path(run) / PROCESS
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -87,14 +99,14 @@ def read_process(run: Path) -> list[dict]:
 
 def read_eval(out_dir: Path) -> list[dict]:
     """eval.csv as rows of strings, one per checkpoint and episode."""
-    with open(Path(out_dir) / "eval.csv", newline="") as handle:
+    with open(Path(out_dir) / EVAL_CSV, newline="") as handle:
         return list(csv.DictReader(handle))
 
 
 def eval_scores(out_dir: Path) -> dict[int, list[float]]:
     """Per checkpoint step, the episode scores in episode order (empty if not evaluated)."""
     scores: dict[int, list[float]] = {}
-    if (Path(out_dir) / "eval.csv").exists():
+    if (Path(out_dir) / EVAL_CSV).exists():
         for row in read_eval(out_dir):
             scores.setdefault(int(row["step"]), []).append(float(row["score"]))
     return scores
@@ -109,7 +121,7 @@ def current_fingerprint(root: Path = Path(".")) -> str | None:
 def stale_reason(run: Path, digest: str, fingerprint: str | None) -> str | None:
     """Why the run in `run` does not belong to these params and conditions, or None if it
     does (also None when nothing is there yet). An unknown fingerprint is never a match."""
-    config_path = Path(run) / "config.json"
+    config_path = Path(run) / RUN_CONFIG
     if not config_path.exists():
         return None
     recorded = read_json(config_path, "run config")
@@ -124,7 +136,7 @@ def stale_reason(run: Path, digest: str, fingerprint: str | None) -> str | None:
 
 def is_finished(run: Path, digest: str, fingerprint: str | None) -> bool:
     """Complete, with these params and conditions."""
-    return ((Path(run) / "complete.json").exists() and (Path(run) / "config.json").exists()
+    return ((Path(run) / COMPLETE).exists() and (Path(run) / RUN_CONFIG).exists()
             and stale_reason(run, digest, fingerprint) is None)
 
 
