@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from reprodqn import workspace
 from reprodqn.config import GROUP_NAMES
 
 # Table 1 of the paper (Breakout, 5 agents per group, 20M steps)
@@ -120,7 +121,7 @@ def variance_tests(study: dict[str, list[RunResult]]) -> list[dict]:
 # Replicability (Chen et al.: process metrics and evaluation metrics must be identical)
 
 
-CHAINS = {"weights": "weights_sha256", "losses": "loss_chain_sha256"}
+CHAINS = workspace.CHAINS  # the chains two runs are compared on
 
 
 def first_divergence(reference: RunResult, other: RunResult, key: str) -> int | None:

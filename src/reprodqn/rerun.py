@@ -13,7 +13,7 @@ from reprodqn.errors import InputError
 from reprodqn.events import CheckpointWritten, ProcessRecord
 from reprodqn.files import read_json
 
-CHAINS = ("weights_sha256", "loss_chain_sha256", "updates")
+CHAINS = (*workspace.CHAINS.values(), "updates")  # a spot-check also compares the count
 LOGS = workspace.RUN_LOGS
 SHIPPED_LOGS = "logs"  # beside a shipped resume point: the run's logs as they were there
 
@@ -84,7 +84,7 @@ def compare_prefix(reference_run: Path, rerun: Path, until: int) -> dict:
     compared = 0
     for name, read, keys in ((LOGS[0], workspace.read_hashes, CHAINS),
                              (LOGS[1], workspace.read_process,
-                              ("loss_chain_sha256", "updates"))):
+                              (workspace.CHAINS["losses"], "updates"))):
         ours = {line["step"]: line for line in read(rerun)}
         for theirs in read(reference_run):
             if theirs["step"] > until:

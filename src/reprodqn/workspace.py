@@ -45,6 +45,7 @@ EVAL_JSON = "eval.json"  # an evaluation's digest, protocol and start states
 EVAL_PROGRESS = "eval.progress.jsonl"  # an evaluation under way, checkpoint by checkpoint
 AUDIT = "audit.json"  # results/: the nondeterminism audit
 RESUME_INDEX = "latest.json"  # in a resume directory: its latest point, with file hashes
+CHAINS = {"weights": "weights_sha256", "losses": "loss_chain_sha256"}  # hashes.jsonl's chains
 RUN_LOGS = (HASHES, PROCESS)  # a run's append-only logs, cut back on resume
 # files of one run that describe it (a bundle ships these; checkpoints only on request)
 RUN_RECORDS = (HASHES, PROCESS, RUN_CONFIG, CONDITIONS, DETERMINISM, COMPLETE)
