@@ -56,7 +56,9 @@ def worker(floor: str, threads: int, deterministic: bool, seconds: float) -> Non
     default_threads = torch.get_num_threads()  # torch's own: one per physical core
     device, applied = determinism.configure("cuda" if torch.cuda.is_available() else "cpu",
                                             threads or default_threads, deterministic)
-    agent = make_agent(params.agent, 4, 4, 84, device, torch.Generator().manual_seed(0), 0, 1.0)
+    agent = make_agent(params.agent, n_actions=4, history_length=4, screen_size=84,
+                       device=device, init_generator=torch.Generator().manual_seed(0),
+                       learning_starts=0, reward_clip=1.0)
     from batches import random_batches
 
     batch = random_batches(1, params, np.random.default_rng(0))[0]

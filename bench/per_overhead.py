@@ -101,8 +101,9 @@ def main() -> None:
     params = load_params(ROOT / "params.yaml", ["replay.prioritized=true"])
     threads = args.threads or params.compute.threads
     device, _ = determinism.configure("cpu", threads, True)
-    agent = make_agent(params.agent, 4, 4, 84, device, torch.Generator().manual_seed(0),
-                       params.replay.learning_starts, 1.0)
+    agent = make_agent(params.agent, n_actions=4, history_length=4, screen_size=84,
+                       device=device, init_generator=torch.Generator().manual_seed(0),
+                       learning_starts=params.replay.learning_starts, reward_clip=1.0)
     rng = np.random.default_rng(1)
     batches = [random_batches(1, params, rng)[0] for _ in range(8)]
     print(f"building a 1M-leaf tree over a 1M-step replay (threads={threads}) ...")

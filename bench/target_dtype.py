@@ -38,8 +38,10 @@ def main() -> None:
     agents = {}
     for dtype in ("float64", "float32"):
         config = params.agent.model_copy(update={"target_dtype": dtype})
-        agents[dtype] = DQNAgent(config, 4, 4, 84, device, torch.Generator().manual_seed(0),
-                                 params.replay.learning_starts, params.env.reward_clip)
+        agents[dtype] = DQNAgent(config, n_actions=4, history_length=4, screen_size=84,
+                                 device=device, init_generator=torch.Generator().manual_seed(0),
+                                 learning_starts=params.replay.learning_starts,
+                                 reward_clip=params.env.reward_clip)
     batches = random_batches(args.updates + 20, params, np.random.default_rng(0))
     seconds = dict.fromkeys(agents, 0.0)
     for k, batch in enumerate(batches):

@@ -38,8 +38,10 @@ def main() -> None:
     args = parser.parse_args()
     params = load_params(ROOT / "params.yaml")
     device, _ = determinism.configure("cpu", params.compute.threads, True)
-    plain, traced = (DQNAgent(params.agent, 4, 4, 84, device, torch.Generator().manual_seed(0),
-                              params.replay.learning_starts, params.env.reward_clip)
+    plain, traced = (DQNAgent(params.agent, n_actions=4, history_length=4, screen_size=84,
+                              device=device, init_generator=torch.Generator().manual_seed(0),
+                              learning_starts=params.replay.learning_starts,
+                              reward_clip=params.env.reward_clip)
                      for _ in range(2))
     tracker = NamedModuleTracker({"online": traced.online, "target": traced.target})
     recorder = OpRecorder(tracker)

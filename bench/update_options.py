@@ -197,8 +197,10 @@ def main() -> None:
     args = parser.parse_args()
     params = load_params(ROOT / "params.yaml")
     _, applied = determinism.configure("cpu", args.threads, True)
-    agent = make_agent(params.agent, 4, params.env.history_length, params.env.screen_size,
-                       torch.device("cpu"), torch.Generator().manual_seed(0), 0, 1.0)
+    agent = make_agent(params.agent, n_actions=4, history_length=params.env.history_length,
+                       screen_size=params.env.screen_size, device=torch.device("cpu"),
+                       init_generator=torch.Generator().manual_seed(0), learning_starts=0,
+                       reward_clip=1.0)
     rng = np.random.default_rng(0)
     batches = random_batches(args.block, params, rng)
     for batch in batches[:3]:  # optimizer state exists, kernels warmed

@@ -50,7 +50,8 @@ def test_the_sqrt_floor_is_a_quarter_ulp_squared():
 
 def paper_agent(**overrides):
     config = load_params(PARAMS, ["agent.network=nips"]).agent.model_copy(update=overrides)
-    return DQNAgent(config, 4, 4, 84, torch.device("cpu"), torch.Generator().manual_seed(1),
+    return DQNAgent(config, n_actions=4, history_length=4, screen_size=84,
+                    device=torch.device("cpu"), init_generator=torch.Generator().manual_seed(1),
                     learning_starts=50_000, reward_clip=1.0)
 
 

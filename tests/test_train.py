@@ -157,7 +157,8 @@ def test_updates_reuse_freed_memory_instead_of_faulting_it_back_in():
     _, applied = determinism.configure("cpu", 1, True)
     assert applied["allocator"]["malloc"] == "glibc"
     config = load_params(PARAMS).agent
-    agent = DQNAgent(config, 4, 4, 84, torch.device("cpu"), torch.Generator().manual_seed(0),
+    agent = DQNAgent(config, n_actions=4, history_length=4, screen_size=84,
+                     device=torch.device("cpu"), init_generator=torch.Generator().manual_seed(0),
                      learning_starts=0, reward_clip=1.0)
     rng = np.random.default_rng(0)
     shape = (config.batch_size, 4, 84, 84)

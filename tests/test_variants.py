@@ -35,7 +35,8 @@ class Table(torch.nn.Module):
 def hand_built_agent(double: bool, dtype="float64"):
     config = load_params(PARAMS, ["agent.network=nips", f"agent.double={double}",
                                   f"agent.target_dtype={dtype}"]).agent
-    agent = make_agent(config, 2, 4, 84, torch.device("cpu"), torch.Generator().manual_seed(1),
+    agent = make_agent(config, n_actions=2, history_length=4, screen_size=84,
+                       device=torch.device("cpu"), init_generator=torch.Generator().manual_seed(1),
                        learning_starts=50_000, reward_clip=1.0)
     # next state 0: online prefers action 1, target values it 2 (its own max is 5);
     # next state 1: online prefers action 0, target values it 1 (its own max is 7)

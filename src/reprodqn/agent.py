@@ -43,7 +43,7 @@ class DQNAgent:
     250K); the target copy follows when (t + 1) % target_sync_every == 1, and once at
     construction."""
 
-    def __init__(self, agent_config, n_actions: int, history_length: int, screen_size: int,
+    def __init__(self, agent_config, *, n_actions: int, history_length: int, screen_size: int,
                  device: torch.device, init_generator: torch.Generator,
                  learning_starts: int, reward_clip: float, priority_config=None):
         self.config = agent_config
@@ -143,13 +143,18 @@ class DQNAgent:
     def update(self, batch: dict[str, np.ndarray],
                weights: torch.Tensor | None = None) -> torch.Tensor:
         """One optimizer step on a minibatch; returns the loss (a 0-d tensor on the device)."""
+        return self.update_with_td_errors(batch, weights)[0]
+
+    def update_with_td_errors(self, batch: dict[str, np.ndarray],
+                              weights: torch.Tensor | None = None
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step; the loss and the TD errors the step was taken on."""
         targets, q = self.targets_and_q(batch)
         loss = self.loss(q, targets, weights)
-        self.td_errors = (targets - q).detach()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        return loss.detach()
+        return loss.detach(), (targets - q).detach()
 
     def update_prioritized(self, step: int, batch: dict, replay) -> torch.Tensor:
         """The update with importance weights (unless off), then the sampled transitions'
@@ -159,8 +164,8 @@ class DQNAgent:
         if weights is not None:
             weights = torch.from_numpy(weights).to(self.device)
         errors = np.abs(self.window_td_errors(batch))  # before the update changes them
-        loss = self.update(batch, weights)
-        errors[:, 0] = np.abs(self.td_errors.cpu().numpy().astype(np.float64))
+        loss, td_errors = self.update_with_td_errors(batch, weights)
+        errors[:, 0] = np.abs(td_errors.cpu().numpy().astype(np.float64))
         replay.set_priorities(batch["indices"], priority.mixture(errors, self.priority.eta))
         return loss
 
@@ -224,6 +229,12 @@ class DoubleDQNAgent(DQNAgent):
         return self.target(next_states).gather(1, best).squeeze(1)
 
 
-def make_agent(agent_config, *args, **kwargs) -> DQNAgent:
+def make_agent(agent_config, *, n_actions: int, history_length: int, screen_size: int,
+               device: torch.device, init_generator: torch.Generator, learning_starts: int,
+               reward_clip: float, priority_config=None) -> DQNAgent:
     """The agent a config names: DQN, or Double DQN when agent.double."""
-    return (DoubleDQNAgent if agent_config.double else DQNAgent)(agent_config, *args, **kwargs)
+    kind = DoubleDQNAgent if agent_config.double else DQNAgent
+    return kind(agent_config, n_actions=n_actions, history_length=history_length,
+                screen_size=screen_size, device=device, init_generator=init_generator,
+                learning_starts=learning_starts, reward_clip=reward_clip,
+                priority_config=priority_config)

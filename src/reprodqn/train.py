@@ -101,10 +101,12 @@ class Run:
         self.env = TrainingEnv(env_cfg, sticky, self.streams["noop"])
         self.history = FrameHistory(env_cfg.history_length, env_cfg.screen_size)
         self.replay = build_replay(config)
-        self.agent = make_agent(config.agent, self.env.n_actions, env_cfg.history_length,
-                                env_cfg.screen_size, device, torch_generator(seeds["init"]),
-                                config.replay.learning_starts, env_cfg.reward_clip,
-                                config.priority if config.replay.prioritized else None)
+        self.agent = make_agent(
+            config.agent, n_actions=self.env.n_actions, history_length=env_cfg.history_length,
+            screen_size=env_cfg.screen_size, device=device,
+            init_generator=torch_generator(seeds["init"]),
+            learning_starts=config.replay.learning_starts, reward_clip=env_cfg.reward_clip,
+            priority_config=config.priority if config.replay.prioritized else None)
         self.step = 0
         self.updates = 0
         self.loss_chain = EMPTY_CHAIN
