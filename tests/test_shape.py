@@ -103,3 +103,29 @@ def test_record_names_are_spelled_only_in_workspace():
     assert not spelled
     planted = ast.parse('path = run_dir / "complete.json"\n')
     assert record_name_literals(planted) == ["complete.json"]  # the check can fail
+
+
+def test_every_name_in_the_readme_paper_map_resolves():
+    """The README's map from the paper to the code names real functions and classes."""
+    import importlib
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## From the paper to the code", 1)[1].split("\n## ", 1)[0]
+    names = re.findall(r"`(reprodqn\.[\w.]+)`", section)
+    assert len(names) >= 20
+    missing = []
+    for name in names:
+        parts = name.split(".")
+        for cut in range(len(parts) - 1, 0, -1):  # the longest importable module prefix
+            try:
+                target = importlib.import_module(".".join(parts[:cut]))
+            except ModuleNotFoundError:
+                continue
+            for attribute in parts[cut:]:
+                target = getattr(target, attribute, None)
+            if target is None:
+                missing.append(name)
+            break
+        else:
+            missing.append(name)
+    assert not missing
