@@ -34,7 +34,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: venv repro select smoke smoke-workspace test test-slow test-slurm bench lint readme ui lock docker-build docker-run \
+.PHONY: venv repro select smoke smoke-workspace test test-slow test-slurm bench lint readme dvc-deps ui lock docker-build docker-run \
         bundle clean
 
 venv: $(STAMP)
@@ -101,10 +101,14 @@ bench: $(STAMP)
 
 # The README's module table, from the package's own docstrings (a test checks it).
 readme: $(STAMP)
-	$(BIN)/python -m tests.test_shape
+	$(BIN)/python -m tools.readme_modules
+
+# dvc.yaml's code dependencies, from the import graph (a test checks them).
+dvc-deps: $(STAMP)
+	$(BIN)/python -m tools.dvc_deps
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench experiments
+	$(BIN)/ruff check src tests bench experiments tools
 	$(BIN)/hadolint --no-color Dockerfile
 
 # The MLflow UI over this workspace's store, on this machine only. MLflow 3.17 opens an
@@ -113,7 +117,7 @@ lint: $(STAMP)
 # for GenAI features the study never uses) are off: 2 processes and ~0.5 GB RSS instead of
 # 10 and ~2.4 GB (measured at start-up).
 ui: $(STAMP)
-	@$(BIN)/python -c "from reprodqn.tracking import print_links; \
+	@$(BIN)/python -c "from reprodqn.study.mlflow_store import print_links; \
 	  print_links('sqlite:///$(CURDIR)/mlflow.db', 'http://127.0.0.1:$(UI_PORT)')"
 	MLFLOW_DISABLE_TELEMETRY=true MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \
 	  --host 127.0.0.1 --port $(UI_PORT) --workers 1

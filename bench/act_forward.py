@@ -12,35 +12,17 @@ can come to the updates-alone bound (bench/train_throughput.py).
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
 
+import common
 import numpy as np
+import torch
+from torch.profiler import profile
+from torch.utils.flop_counter import FlopCounterMode
 
-from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
-from reprodqn.config import load_params  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
-
-import torch  # noqa: E402
-from torch.profiler import profile  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
-
-from reprodqn import determinism  # noqa: E402
-from reprodqn.network import build_q_network  # noqa: E402
+from reprodqn.determinism import numerics
+from reprodqn.dqn.network import build_q_network
 
 KERNELS = ("aten::mkldnn_convolution", "aten::_slow_conv2d_forward", "aten::addmm", "aten::mm")
-
-
-def per_call_ms(function, seconds: float) -> float:
-    for _ in range(20):
-        function()
-    calls, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        function()
-        calls += 1
-    return (time.perf_counter() - start) / calls * 1e3
 
 
 def kernel_of(layer, x) -> str:
@@ -56,7 +38,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    determinism.configure("cpu", args.threads, True)
+    numerics.configure("cpu", args.threads, True)
     net = build_q_network("nature", 4, 4, 84, torch.Generator().manual_seed(0)).eval()
     state = np.random.default_rng(0).integers(0, 256, (4, 84, 84), dtype=np.uint8)
 
@@ -90,7 +72,7 @@ def main() -> None:
     with torch.inference_mode():
         x = torch.from_numpy(state).unsqueeze(0).float().div_(255.0)
         for index, layer in enumerate(net.layers):
-            ms = per_call_ms(lambda layer=layer, x=x: layer(x), args.seconds / 4)
+            ms = 1e3 * common.per_call_seconds(lambda layer=layer, x=x: layer(x), args.seconds / 4)
             with FlopCounterMode(display=False) as counter:
                 layer(x)
             flops = counter.get_total_flops()
@@ -103,8 +85,8 @@ def main() -> None:
         print(f"{name:28} {kernel:22} {ms:7.3f} {flops / 1e6:7.2f} "
               f"{flops / ms / 1e6 if flops else 0:8.1f} {weights / 2**20:7.2f}M "
               f"{weights / ms / 1e6 if weights else 0:6.1f}")
-    whole = per_call_ms(act, args.seconds)
-    pre = per_call_ms(act_preallocated, args.seconds)
+    whole = 1e3 * common.per_call_seconds(act, args.seconds)
+    pre = 1e3 * common.per_call_seconds(act_preallocated, args.seconds)
     print(f"{'layers alone':51} {total:7.3f}")
     print(f"{'greedy_action (as the agent acts)':51} {whole:7.3f}  (overhead beyond the "
           f"layers {whole - total:.3f} ms)")

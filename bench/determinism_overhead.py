@@ -42,19 +42,19 @@ CONFIGS = {  # name: (floor, threads or 0 for torch's default, deterministic fla
 
 def worker(floor: str, threads: int, deterministic: bool, seconds: float) -> None:
     """Agent steps per second of the loop's torch work under one configuration."""
-    from reprodqn import isa
+    from reprodqn.determinism import isa
 
     isa.apply(floor)
     import numpy as np
     import torch
 
-    from reprodqn import determinism
-    from reprodqn.agent import make_agent
-    from reprodqn.config import load_params
+    from reprodqn.config.params import load_params
+    from reprodqn.determinism import numerics
+    from reprodqn.dqn.agent import make_agent
 
     params = load_params(ROOT / "params.yaml")
     default_threads = torch.get_num_threads()  # torch's own: one per physical core
-    device, applied = determinism.configure("cuda" if torch.cuda.is_available() else "cpu",
+    device, applied = numerics.configure("cuda" if torch.cuda.is_available() else "cpu",
                                             threads or default_threads, deterministic)
     agent = make_agent(params.agent, n_actions=4, history_length=4, screen_size=84,
                        device=device, init_generator=torch.Generator().manual_seed(0),
@@ -87,16 +87,16 @@ def worker(floor: str, threads: int, deterministic: bool, seconds: float) -> Non
 def chunking(rounds: int) -> tuple[float, float]:
     """Q-values per second with fixed chunks of 16 and with one variable-size forward, over
     100 live episodes ending one by one (the evaluator's profile)."""
-    from reprodqn import isa
+    from reprodqn.determinism import isa
 
     isa.apply("avx2")
     import numpy as np
     import torch
 
-    from reprodqn import determinism
-    from reprodqn.network import build_q_network, q_values
+    from reprodqn.determinism import numerics
+    from reprodqn.dqn.network import build_q_network, q_values
 
-    determinism.configure("cpu", 1, True)
+    numerics.configure("cpu", 1, True)
     net = build_q_network("nature", 4, 4, 84, torch.Generator().manual_seed(0)).eval()
     states = np.random.default_rng(0).integers(0, 256, (100, 4, 84, 84), dtype=np.uint8)
     live = [n for n in range(100, 0, -1) for _ in range(3)]

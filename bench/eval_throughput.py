@@ -19,21 +19,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import common
 import numpy as np
+import torch
 
-from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
-from reprodqn.config import load_params  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
-
-import torch  # noqa: E402
-
-from reprodqn import start_states  # noqa: E402
-from reprodqn.atari import Emulator, FrameHistory, replay_start_sequence  # noqa: E402
-from reprodqn.checkpoints import cpu_weights, save_weights  # noqa: E402
-from reprodqn.evaluate import EpisodeSpec, Evaluator, Protocol, load_network  # noqa: E402
-from reprodqn.network import build_q_network  # noqa: E402
+from reprodqn.dqn.network import build_q_network
+from reprodqn.evaluation import start_states
+from reprodqn.evaluation.protocol import EpisodeSpec, Evaluator, Protocol, load_network
+from reprodqn.training.atari import Emulator, FrameHistory, replay_start_sequence
+from reprodqn.training.checkpoints import cpu_weights, save_weights
 
 
 def one_at_a_time(net, protocol: Protocol, sequences, indices) -> tuple[int, list]:
@@ -103,7 +97,7 @@ def main() -> None:
                         help="raw emulation time per round")
     args = parser.parse_args()
 
-    params = load_params(ROOT / "params.yaml")
+    params = common.load()
     protocol = Protocol.for_run(params, params.evaluation)
     if args.chunk:  # another fixed chunk: other Q bits, so other actions than chunk 16's
         protocol = dataclasses.replace(protocol, chunk=args.chunk)

@@ -10,14 +10,14 @@ from __future__ import annotations
 import argparse
 import time
 
-from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
+from reprodqn.determinism import isa  # noqa: E402 -- the CPU floor must be set before torch loads
 
 isa.apply("avx2")
 
 import torch  # noqa: E402
 
-from reprodqn.network import build_q_network  # noqa: E402
-from reprodqn.optimizers import Adam, CenteredRMSprop, RMSprop  # noqa: E402
+from reprodqn.dqn.network import build_q_network  # noqa: E402
+from reprodqn.dqn.optimizers import Adam, CenteredRMSprop, RMSprop  # noqa: E402
 
 PAIRS = {  # name: (ours, torch's or None, kwargs)
     "rmsprop (authors')": (RMSprop, lambda p, **k: torch.optim.RMSprop(p, foreach=False, **k),

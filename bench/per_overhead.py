@@ -19,25 +19,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 
+import common
 import numpy as np
+import torch
+from batches import random_batches
 
-from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
-from reprodqn.config import load_params  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
-
-import torch  # noqa: E402
-from batches import random_batches  # noqa: E402
-
-from reprodqn import determinism, priority  # noqa: E402
-from reprodqn.agent import make_agent  # noqa: E402
-from reprodqn.prioritized import PrioritizedReplay  # noqa: E402
-from reprodqn.replay import ReplayMemory  # noqa: E402
-from reprodqn.rng import AuthorsStream  # noqa: E402
-from reprodqn.sumtree import SumTree, tree_bytes  # noqa: E402
+from reprodqn.determinism import numerics
+from reprodqn.determinism.rng import AuthorsStream
+from reprodqn.dqn import priority_rule
+from reprodqn.dqn.prioritized_replay import PrioritizedReplay
+from reprodqn.dqn.replay import ReplayMemory
+from reprodqn.dqn.sum_tree import SumTree, tree_bytes
 
 CAPACITY = 1_000_000
 
@@ -67,7 +60,7 @@ def per_step(per: PrioritizedReplay, stream, errors: np.ndarray, config) -> None
     indices = per.sample_indices(32, stream)
     batch = {"probabilities": per.tree.leaves[indices] / per.tree.total,
              "population": len(per.memory)}
-    priority.importance_weights(batch, config, 1_000_000)
+    priority_rule.importance_weights(batch, config, 1_000_000)
     per.set_priorities(indices, errors)
 
 
@@ -98,12 +91,11 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=40, help="updates per round")
     parser.add_argument("--threads", type=int, default=None, help="default: params value")
     args = parser.parse_args()
-    params = load_params(ROOT / "params.yaml", ["replay.prioritized=true"])
+    params = common.load(["replay.prioritized=true"])
     threads = args.threads or params.compute.threads
-    device, _ = determinism.configure("cpu", threads, True)
-    agent = make_agent(params.agent, n_actions=4, history_length=4, screen_size=84,
-                       device=device, init_generator=torch.Generator().manual_seed(0),
-                       learning_starts=params.replay.learning_starts, reward_clip=1.0)
+    device, _ = numerics.configure("cpu", threads, True)
+    agent = common.build_agent(params, device=str(device),
+                               learning_starts=params.replay.learning_starts)
     rng = np.random.default_rng(1)
     batches = [random_batches(1, params, rng)[0] for _ in range(8)]
     print(f"building a 1M-leaf tree over a 1M-step replay (threads={threads}) ...")

@@ -31,8 +31,8 @@ def fill_and_sample(kind: str, capacity: int) -> dict:
     frames = rng.integers(0, 256, (256, FRAME, FRAME), dtype=np.uint8)
     start = time.perf_counter()
     if kind == "ours":
-        from reprodqn.replay import ReplayMemory
-        from reprodqn.rng import AuthorsStream
+        from reprodqn.determinism.rng import AuthorsStream
+        from reprodqn.dqn.replay import ReplayMemory
 
         memory = ReplayMemory(capacity, 4, FRAME)
         for t in range(capacity):

@@ -14,30 +14,23 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
+import common
 import numpy as np
+import torch
+from batches import random_batches
 
-from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
-from reprodqn.config import load_params  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
-
-import torch  # noqa: E402
-from batches import random_batches  # noqa: E402
-
-from reprodqn import determinism  # noqa: E402
-from reprodqn.agent import DQNAgent  # noqa: E402
-from reprodqn.trace import NamedModuleTracker, OpRecorder  # noqa: E402
+from reprodqn.determinism import numerics
+from reprodqn.dqn.agent import DQNAgent
+from reprodqn.forensics.trace import NamedModuleTracker, OpRecorder
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--updates", type=int, default=100)
     args = parser.parse_args()
-    params = load_params(ROOT / "params.yaml")
-    device, _ = determinism.configure("cpu", params.compute.threads, True)
+    params = common.load()
+    device, _ = numerics.configure("cpu", params.compute.threads, True)
     plain, traced = (DQNAgent(params.agent, n_actions=4, history_length=4, screen_size=84,
                               device=device, init_generator=torch.Generator().manual_seed(0),
                               learning_starts=params.replay.learning_starts,

@@ -22,19 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import common
 import numpy as np
+from batches import random_batches
 
-from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
-from reprodqn.config import load_params  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
-
-from batches import random_batches  # noqa: E402
-
-from reprodqn import determinism  # noqa: E402
-from reprodqn.config import resolve_run  # noqa: E402
-from reprodqn.train import Run  # noqa: E402
+from reprodqn.config.params import load_params, resolve_run
+from reprodqn.determinism import numerics
+from reprodqn.training.loop import Run
 
 
 def main() -> None:
@@ -58,8 +52,8 @@ def measure(phase: str, schedule: list[str], args) -> None:
     ]
     if args.threads:
         overrides.append(f"compute.threads={args.threads}")
-    config = resolve_run(load_params(ROOT / "params.yaml", overrides), "deterministic", 0)
-    device, applied = determinism.configure(config.compute.device, config.compute.threads,
+    config = resolve_run(load_params(common.PARAMS, overrides), "deterministic", 0)
+    device, applied = numerics.configure(config.compute.device, config.compute.threads,
                                             config.compute.deterministic_gpu)
     run = Run(config, Path(tempfile.mkdtemp()), device)
     while run.step < args.warmup + 40:  # fill replay, then warm the kernels up

@@ -23,22 +23,15 @@ import statistics
 import time
 from pathlib import Path
 
+import common
 import numpy as np
+import torch
+from batches import random_batches
+from torch.nn import functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
-from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
-from reprodqn.config import load_params  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
-
-import torch  # noqa: E402
-from batches import random_batches  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
-
-from reprodqn import determinism  # noqa: E402
-from reprodqn.agent import make_agent  # noqa: E402
-from reprodqn.network import QNetwork  # noqa: E402
+from reprodqn.determinism import numerics
+from reprodqn.dqn.network import QNetwork
 
 
 def core_mhz() -> float:
@@ -195,12 +188,9 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=10, help="updates per timed block")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    params = load_params(ROOT / "params.yaml")
-    _, applied = determinism.configure("cpu", args.threads, True)
-    agent = make_agent(params.agent, n_actions=4, history_length=params.env.history_length,
-                       screen_size=params.env.screen_size, device=torch.device("cpu"),
-                       init_generator=torch.Generator().manual_seed(0), learning_starts=0,
-                       reward_clip=1.0)
+    params = common.load()
+    _, applied = numerics.configure("cpu", args.threads, True)
+    agent = common.build_agent(params)
     rng = np.random.default_rng(0)
     batches = random_batches(args.block, params, rng)
     for batch in batches[:3]:  # optimizer state exists, kernels warmed

@@ -27,28 +27,29 @@ from pathlib import Path
 
 import numpy as np
 
-from reprodqn import isa  # noqa: E402 -- the CPU floor must be set before torch loads
-from reprodqn.config import load_params  # noqa: E402
+from reprodqn.config.params import load_params  # noqa: E402
+from reprodqn.determinism import isa  # noqa: E402 -- the CPU floor must be set before torch loads
 
 ROOT = Path(__file__).resolve().parents[1]
 isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
 
 import torch  # noqa: E402
 
-from reprodqn import start_states, workspace  # noqa: E402
-from reprodqn.config import resolve_run  # noqa: E402
-from reprodqn.evaluate import (  # noqa: E402
+from reprodqn.config.params import resolve_run  # noqa: E402
+from reprodqn.config.variants import PRESETS, algorithm_name, preset_path  # noqa: E402
+from reprodqn.core import workspace  # noqa: E402
+from reprodqn.core.atomic import write_text  # noqa: E402
+from reprodqn.core.events import CheckpointWritten  # noqa: E402
+from reprodqn.dqn.network import q_values  # noqa: E402
+from reprodqn.evaluation import start_states  # noqa: E402
+from reprodqn.evaluation.protocol import (  # noqa: E402
     EpisodeSpec,
     Protocol,
     end_state_histories,
     load_network,
     play,
 )
-from reprodqn.events import CheckpointWritten  # noqa: E402
-from reprodqn.files import write_text  # noqa: E402
-from reprodqn.network import q_values  # noqa: E402
-from reprodqn.train import train  # noqa: E402
-from reprodqn.variants import PRESETS, algorithm_name, preset_path  # noqa: E402
+from reprodqn.training.loop import train  # noqa: E402
 
 
 class RandomPolicy(torch.nn.Module):

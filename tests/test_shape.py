@@ -1,25 +1,62 @@
-"""The package's shape: one concern per module, short functions, no import cycles, and the
-README's module table naming exactly the modules there are."""
+"""The package's shape: subpackages that import only the layers their `__init__` allows,
+one concern per module, short functions, no import cycles, one owner for every record
+name, and a README whose module table and paper map name what there is."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 
-from .conftest import ROOT
-from .test_dvc_stages import PACKAGE, imported_modules
+import pytest
+
+from tests.helpers import ROOT
+from tools.package_graph import (
+    PACKAGE,
+    declared_layers,
+    import_graph,
+    layer_order,
+    layer_violations,
+    module_path,
+    modules,
+    subpackages,
+)
+from tools.readme_modules import MODULE_TABLE, module_table
 
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
 
-def modules() -> dict[str, ast.Module]:
-    return {f"reprodqn.{p.stem}": ast.parse(p.read_text()) for p in sorted(PACKAGE.glob("*.py"))
-            if p.stem != "__init__"}
+def test_every_module_sits_in_a_subpackage_that_says_what_it_may_import():
+    assert not [p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
+    layers = declared_layers()
+    assert set(layers) == {"core", "determinism", "config", "dqn", "training", "evaluation",
+                           "study", "report", "forensics", "cli"}
+    assert layers["core"] == set() and all(set(a) <= set(layers) for a in layers.values())
+
+
+def test_subpackage_inits_hold_only_their_docstring():
+    """dvc.yaml leaves the `__init__` files out of a stage's code: they must run nothing."""
+    for package in subpackages():
+        tree = ast.parse(module_path(f"reprodqn.{package}").read_text())
+        assert len(tree.body) == 1 and ast.get_docstring(tree), package
+
+
+def test_imports_follow_the_data_flow_between_subpackages():
+    """Each subpackage imports only those its `__init__` names; the layers form no cycle."""
+    graph, layers = import_graph(), declared_layers()
+    assert not layer_violations(graph, layers)
+    planted = {**graph, "reprodqn.core.workspace": {"reprodqn.training.loop"}}
+    assert layer_violations(planted, layers) == [
+        "reprodqn.core.workspace imports reprodqn.training.loop"]  # the check can fail
+    order = layer_order(layers)  # raises on a cycle
+    assert order[0] == "core" and order[-1] == "cli"
+    with pytest.raises(ValueError, match="cycle"):
+        layer_order({**layers, "core": {"cli"}})
 
 
 def test_no_module_is_longer_than_its_concern_allows():
-    long = {p.name: n for p in PACKAGE.glob("*.py")
+    long = {p.relative_to(PACKAGE).as_posix(): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long
 
@@ -36,8 +73,7 @@ def test_no_function_is_longer_than_sixty_lines():
 
 
 def test_no_import_cycle_even_through_imports_inside_functions():
-    graph = {name: {m for m in imported_modules(tree) if m != name}
-             for name, tree in modules().items()}
+    graph = import_graph()
     state: dict[str, str] = {}
 
     def visit(node: str, path: list[str]) -> list[str] | None:
@@ -56,36 +92,18 @@ def test_no_import_cycle_even_through_imports_inside_functions():
             assert cycle is None, " -> ".join(cycle)
 
 
-MODULE_TABLE = re.compile(r"(<!-- modules -->\n)(.*?)(<!-- /modules -->)", re.S)
-
-
-def module_table() -> str:
-    """The README's module table: every module with the first sentence of its docstring."""
-    rows = ["| module | what it is |", "|---|---|"]
-    for name, tree in modules().items():
-        doc = " ".join((ast.get_docstring(tree) or "").split())
-        first = re.split(r"(?<=\.)\s", doc, maxsplit=1)[0].rstrip(".")
-        rows.append(f"| `{name.split('.', 1)[1]}` | {first} |")
-    return "\n".join(rows) + "\n"
-
-
 def test_readme_module_table_names_every_module_with_its_docstring_summary():
-    """The README lists each module once, with its docstring's first sentence; `make readme`
-    rewrites the table from the package."""
+    """The README lists each module once under its subpackage, with its docstring's first
+    sentence; `make readme` rewrites the table from the package."""
     found = MODULE_TABLE.search((ROOT / "README.md").read_text())
     assert found, "README.md has no <!-- modules --> table"
     assert found.group(2) == module_table(), "README's module table is stale: run make readme"
-
-
-if __name__ == "__main__":  # make readme
-    readme = ROOT / "README.md"
-    readme.write_text(MODULE_TABLE.sub(lambda m: m.group(1) + module_table() + m.group(3),
-                                       readme.read_text()))
+    assert all(f"`{name.split('.', 2)[2]}`" in module_table() for name in modules())
 
 
 def record_name_literals(tree: ast.Module) -> list[str]:
     """String constants in code (docstrings aside) that spell a record's file name."""
-    from reprodqn import workspace
+    from reprodqn.core import workspace
 
     names = {value for key, value in vars(workspace).items()
              if key.isupper() and isinstance(value, str) and "." in value}
@@ -99,16 +117,26 @@ def record_name_literals(tree: ast.Module) -> list[str]:
 def test_record_names_are_spelled_only_in_workspace():
     """One owner for every run-folder and result file name: a literal elsewhere fails."""
     spelled = {name: found for name, tree in modules().items()
-               if name != "reprodqn.workspace" and (found := record_name_literals(tree))}
+               if name != "reprodqn.core.workspace" and (found := record_name_literals(tree))}
     assert not spelled
     planted = ast.parse('path = run_dir / "complete.json"\n')
     assert record_name_literals(planted) == ["complete.json"]  # the check can fail
 
 
+def test_digests_are_made_only_in_core_digests():
+    """sha256 of canonical JSON is written once (core.digests); a module hashing JSON by
+    hand would make a second, possibly different, digest of the same value."""
+    by_hand = [name for name, tree in modules().items() if name != "reprodqn.core.digests"
+               and any(isinstance(n, ast.Attribute) and n.attr == "dumps" and
+                       isinstance(n.value, ast.Name) and n.value.id == "json"
+                       for call in ast.walk(tree) if isinstance(call, ast.Call)
+                       and getattr(call.func, "attr", None) == "sha256"
+                       for n in ast.walk(call))]
+    assert not by_hand
+
+
 def test_every_name_in_the_readme_paper_map_resolves():
     """The README's map from the paper to the code names real functions and classes."""
-    import importlib
-
     text = (ROOT / "README.md").read_text()
     section = text.split("## From the paper to the code", 1)[1].split("\n## ", 1)[0]
     names = re.findall(r"`(reprodqn\.[\w.]+)`", section)

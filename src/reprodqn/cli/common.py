@@ -1,0 +1,52 @@
+"""What every `reprodqn` subcommand shares: --params and --set, params loaded once with the
+CPU instruction-set floor applied before torch loads, and how a subcommand is declared."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_params_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--params", default=None, type=Path,
+                        help="parameters file (default: params.yaml; for a command with "
+                             "--reference, the reference's own params.yaml if it has one)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY.PATH=VALUE", help="override one parameter (repeatable)")
+
+
+def resolve_params_path(args) -> None:
+    """An explicit --params wins; else a command comparing with a reference (a workspace or
+    an unpacked bundle: verify --reference, trace --resume of a shipped resume point) takes
+    the reference's own params.yaml, so a reader can run it from any directory; else
+    ./params.yaml."""
+    if not hasattr(args, "params") or args.params is not None:
+        return
+    candidates = []
+    if getattr(args, "reference", None) is not None:
+        candidates.append(Path(args.reference) / "params.yaml")
+    if getattr(args, "resume", None) is not None:  # a bundle's resume-points/GROUP/RUN
+        candidates += [parent / "params.yaml" for parent in Path(args.resume).parents][:3]
+    shipped = next((c for c in candidates if c.is_file()), None)
+    args.params = shipped or Path("params.yaml")
+
+
+def load(args):
+    """Params, loaded once per command, with the CPU instruction-set floor applied before
+    anything imports torch (main() calls this before any handler runs)."""
+    from reprodqn.config.params import load_params
+    from reprodqn.determinism import isa
+
+    if getattr(args, "loaded_params", None) is None:
+        args.loaded_params = load_params(args.params, args.overrides)
+        isa.apply(args.loaded_params.compute.cpu_isa)
+    return args.loaded_params
+
+
+def stage(sub, name: str, help_text: str, handler) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help_text)
+    add_params_arguments(p)
+    p.set_defaults(handler=handler)
+    return p
+
+

@@ -1,0 +1,139 @@
+"""The forensic commands: check a replication against a shipped study (`verify`, its
+spot-check `--rerun`, and the `resume-point`s a bundle ships), and find where and why it
+parts (`trace`, `trace-diff`), and what determinism rests on (`audit`). Thin layers over
+verify, rerun, trace, trace_diff and audit."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from reprodqn.cli.common import load as _load
+from reprodqn.cli.common import stage as _stage
+from reprodqn.core import workspace
+from reprodqn.core.errors import InputError
+
+
+def cmd_resume_point(args) -> int:
+    from reprodqn.config.params import resolve_run
+    from reprodqn.core.progress import Progress
+    from reprodqn.forensics import rerun
+
+    group, run = rerun.parse_run(args.run)
+    config = resolve_run(_load(args), group, run)
+    run_dir = workspace.run_dir(args.runs_dir, group, run)
+    if not (run_dir / workspace.COMPLETE).exists():
+        raise InputError(f"{run_dir}: not a finished run (no complete.json)")
+    if not 0 <= args.step <= config.train.steps:
+        raise InputError(f"--step {args.step}: expected 0..{config.train.steps}")
+    out = args.out_dir / group / str(run)
+    progress = Progress(f"resume-point {group}/{run}", args.step)
+    rerun.make_resume_point(config, run_dir, Path("build/resume-point") / group / str(run),
+                            out, args.step, progress=progress.update)
+    print(f"resume-point: {group}/{run} at step {args.step}, on the run's own chain -> {out}",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_trace(args) -> int:
+    from reprodqn.config.params import resolve_run
+    from reprodqn.core.progress import Progress
+    from reprodqn.forensics import trace
+
+    config = resolve_run(_load(args), args.group, args.run)
+    out = args.out or Path("build/trace") / f"{args.group}-{args.run}-from-{args.from_resume}.jsonl"
+    progress = Progress(f"trace {args.group}/{args.run}", args.updates, unit="updates")
+    info = trace.trace(config, workspace.run_dir(args.runs_dir, args.group, args.run),
+                       args.from_resume, args.updates, out, resume_dir=args.resume,
+                       progress=progress.update)
+    print(f"trace: {info['updates']} updates, {info['ops']:,} ops, "
+          f"{info['seconds_per_update'] * 1e3:.0f} ms/update -> {out}", file=sys.stderr)
+    return 0
+
+
+def cmd_audit(args) -> int:
+    from reprodqn.config.params import resolve_run
+    from reprodqn.forensics import audit
+
+    params = _load(args)
+    config = resolve_run(params, args.group, args.run)
+    result = audit.audit(config, params.evaluation.inference_chunk, args.out,
+                         Path("build/audit"))
+    print(audit.summary(result), file=sys.stderr)
+    print(f"audit: -> {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_trace_diff(args) -> int:
+    from reprodqn.forensics import trace_diff
+
+    result = trace_diff.compare(args.a, args.b)
+    print(trace_diff.summary(result))
+    return 0 if result["first"] is None else 1
+
+
+def cmd_verify(args) -> int:
+    from reprodqn.forensics import verify
+
+    if args.rerun is not None:
+        from reprodqn.determinism import isa
+        from reprodqn.forensics import rerun
+
+        if args.until is None:
+            raise InputError("verify --rerun: expected --until STEP")
+        group, run = rerun.parse_run(args.rerun)
+        verify.check_bundle(args.reference)
+        config = rerun.shipped_config(args.reference, group, run, args.params, args.overrides)
+        isa.apply(config.compute.cpu_isa)  # the shipped run's floor, before torch loads
+        result = verify.spot_check(args.reference, config, args.until,
+                                   args.scratch / group / str(run))
+        print(verify.spot_check_summary(result))
+        return 0 if result["identical"] else 1
+    params = _load(args)
+    result = verify.verify(args.root, args.reference, params.study.groups,
+                           params.study.runs_per_group)
+    print(verify.summary(result))
+    return 0 if result["identical"] else 1
+
+
+def add_commands(sub) -> None:
+    """verify, resume-point, trace, trace-diff and audit."""
+    p = _stage(sub, "verify", "compare this workspace's runs with another copy", cmd_verify)
+    p.add_argument("--reference", type=Path, required=True,
+                   help="another workspace or an unpacked bundle")
+    p.add_argument("--root", type=Path, default=Path("."))
+    p.add_argument("--rerun", default=None, metavar="GROUP/RUN",
+                   help="spot-check: retrain this one run here and compare its chains")
+    p.add_argument("--until", type=int, default=None, metavar="STEP",
+                   help="with --rerun: the step to retrain to")
+    p.add_argument("--scratch", type=Path, default=Path("build/rerun"),
+                   help="with --rerun: where the retrained run goes (default build/rerun)")
+    p = _stage(sub, "resume-point", "retrain a finished run to STEP and keep the resume "
+               "point there for the bundle (make bundle RESUME=STEP)", cmd_resume_point)
+    p.add_argument("run", metavar="GROUP/RUN")
+    p.add_argument("--step", type=int, required=True)
+    p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
+    p.add_argument("--out-dir", type=Path, default=workspace.RESUME_POINTS)
+
+    p = _stage(sub, "trace", "re-run N updates from a resume point, hashing every op's "
+               "output", cmd_trace)
+    p.add_argument("--group", required=True, help="study group, e.g. deterministic")
+    p.add_argument("--run", required=True, type=int, help="run index within the group")
+    p.add_argument("--from-resume", required=True, type=int, metavar="STEP",
+                   help="the window's first step (0: from scratch)")
+    p.add_argument("--updates", required=True, type=int, metavar="N")
+    p.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                   help="a resume directory at STEP (default: the run's own, else "
+                   "retrain to STEP here)")
+    p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
+    p.add_argument("--out", type=Path, default=None,
+                   help="default build/trace/GROUP-RUN-from-STEP.jsonl")
+    p = _stage(sub, "audit", "list every aten op the study runs and what it needs to be "
+               "deterministic on CUDA; check global RNGs, threads, ISA, cuBLAS, cuDNN", cmd_audit)
+    p.add_argument("--group", default="deterministic")
+    p.add_argument("--run", type=int, default=0)
+    p.add_argument("--out", type=Path, default=workspace.RESULTS / workspace.AUDIT)
+    p = sub.add_parser("trace-diff", help="the first update and op where two traces differ")
+    p.add_argument("a", type=Path)
+    p.add_argument("b", type=Path)
+    p.set_defaults(handler=cmd_trace_diff)

@@ -1,0 +1,84 @@
+"""`reprodqn params --explain [SECTION]`: every knob of params.yaml in words.
+
+Nothing here is written twice: the type, range, default and description come from the
+config models (config.py), the source ("paper", "code", "ours" and why) from the comment
+beside the value in params.yaml, and the value in force from the loaded params.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal, get_args, get_origin
+
+from pydantic import BaseModel
+
+from reprodqn.config.params import Params
+from reprodqn.core.errors import InputError
+
+_BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+
+
+def source_comments(params_path: Path) -> dict[str, str]:
+    """'section.key' -> the comment beside it in a params file (two levels deep)."""
+    comments: dict[str, str] = {}
+    section = None
+    for line in Path(params_path).read_text().splitlines():
+        top = re.match(r"^(\w+):", line)
+        if top:
+            section = top.group(1)
+            continue
+        knob = re.match(r"^  (\w+):[^#]*#\s*(.+)$", line)
+        if knob and section:
+            comments[f"{section}.{knob.group(1)}"] = knob.group(2).strip()
+    return comments
+
+
+def describe_type(annotation, metadata) -> str:
+    """'int >= 1', 'float in [0, 1]', 'one of nature, nips' ..."""
+    if get_origin(annotation) is Literal:
+        return "one of " + ", ".join(str(a) for a in get_args(annotation))
+    if get_origin(annotation) in (dict, list):
+        inner = " -> ".join(describe_type(a, []) for a in get_args(annotation))
+        return f"{get_origin(annotation).__name__} of {inner}"
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if args and get_origin(annotation) is not None:
+        text = " or ".join(describe_type(a, []) for a in args)
+        return text + (" or null" if type(None) in get_args(annotation) else "")
+    name = getattr(annotation, "__name__", str(annotation))
+    for item in metadata:
+        for attribute, symbol in _BOUNDS:
+            bound = getattr(item, attribute, None)
+            if bound is not None:
+                name += f" {symbol} {bound}"
+    return name
+
+
+def explain(params: Params, params_path: Path, section: str = "") -> str:
+    """The knobs of every section (or of one), each with what it is and where it comes
+    from; raises InputError naming the sections for an unknown one."""
+    sections = [name for name, field in Params.model_fields.items()
+                if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)]
+    if section and section not in sections:
+        raise InputError(f"--explain {section}: expected one of {', '.join(sections)}")
+    comments = source_comments(params_path)
+    lines = []
+    for name in [section] if section else sections:
+        model = Params.model_fields[name].annotation
+        lines.append(f"[{name}]  {(model.__doc__ or '').strip().splitlines()[0]}")
+        current = getattr(params, name)
+        for key, field in model.model_fields.items():
+            if key == "groups":
+                value = ", ".join(current.groups)
+            else:
+                value = getattr(current, key)
+            default = "required" if field.is_required() else repr(field.get_default(
+                call_default_factory=True))
+            lines.append(f"  {name}.{key}: {describe_type(field.annotation, field.metadata)}; "
+                         f"default {default}; now {value!r}")
+            if field.description:
+                lines.append(f"      {field.description}")
+            if f"{name}.{key}" in comments:
+                lines.append(f"      source: {comments[f'{name}.{key}']}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,119 @@
+"""Reading params files and `--set` overrides into raw mappings: YAML, overlays, dotted
+keys (with the nearest valid key when one is mistyped), and validation errors as one line
+naming the field and where it was set. config.py validates what these produce."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from reprodqn.core.errors import InputError
+
+
+def load_raw(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such params file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise InputError(f"{path}:{where} is not valid YAML") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: expected a mapping of sections at the top level")
+    return raw
+
+
+def merge(base: dict, overlay: dict, path: list[str], source: str) -> None:
+    for key, value in overlay.items():
+        where = ".".join([*path, str(key)])
+        if key not in base:
+            raise InputError(f"{source}: unknown key {where!r}{nearest(where, base, path)}")
+        if isinstance(value, dict) and isinstance(base[key], dict) and key != "set":
+            merge(base[key], value, [*path, key], source)
+        else:
+            base[key] = copy.deepcopy(value)
+
+
+EXPONENT_ONLY = re.compile(r"[+-]?[0-9]+[eE][+-]?[0-9]+")
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise InputError(f"--set {item}: expected key.path=value")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    if isinstance(value, str) and EXPONENT_ONLY.fullmatch(value.strip()):
+        value = float(value)  # YAML 1.1 reads 1e-4 (no dot) as text; Python reads a number
+    return key.strip(), value
+
+
+def set_dotted(raw: dict, key: str, value: Any, source: str) -> None:
+    node = raw
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(child, dict):
+            where = ".".join(parts[: i + 1])
+            raise InputError(f"{source}: unknown section {where!r}{nearest(key, raw, [])}")
+        node = child
+    if parts[-1] not in node:
+        raise InputError(f"{source}: unknown key {key!r}{nearest(key, raw, [])}")
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def dotted_keys(node: dict, prefix: list[str]) -> list[str]:
+    keys = []
+    for key, value in node.items():
+        path = [*prefix, str(key)]
+        keys += dotted_keys(value, path) if isinstance(value, dict) and value else [
+            ".".join(path)]
+    return keys
+
+
+def nearest(key: str, node: dict, prefix: list[str]) -> str:
+    """'; did you mean ...?' with the closest valid dotted key, or nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(key, dotted_keys(node, prefix), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+UNION_MEMBERS = ("bool", "int", "float", "str")  # how pydantic tags a union's alternatives
+
+
+def one_line(exc: ValidationError, source: str, origin: dict[str, str]) -> str:
+    """The first problem, as `where: field: what, got value (and N more)`. A value that
+    failed every alternative of a union (a group's `set`) is reported once, by its most
+    telling failure (a NaN or infinity as such), without the union's member tags."""
+    errors = exc.errors()
+    first = next((e for e in errors if e["type"] == "finite_number"), errors[0])
+
+    def path(error) -> str:
+        return ".".join(str(p) for p in error["loc"] if p not in UNION_MEMBERS)
+
+    field = path(first)
+    others = len({path(e) for e in errors} - {field})
+    errors = errors[: others + 1]
+    where = next((origin[key] for key in sorted(origin, key=len, reverse=True)
+                  if field == key or field.startswith(key + ".")), source)
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif first["type"] == "missing":
+        message = "missing"
+    else:
+        message = first["msg"][0].lower() + first["msg"][1:]
+        if "input" in first and not isinstance(first["input"], dict):
+            message += f", got {first['input']!r}"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    label = f"{field}: " if field else ""
+    return f"{where}: {label}{message}{more}"

@@ -1,0 +1,77 @@
+"""Writing files so that a crash at any moment leaves either the old file or the new one:
+write to a temporary file beside the target, flush it to disk, then rename over it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from reprodqn.core.errors import InputError
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
+    """Open a temporary file that replaces `path` only if the block completes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    with atomic_open(path, "w") as handle:
+        handle.write(text)
+
+
+def write_json(path: str | Path, value: Any) -> None:
+    write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: str | Path, what: str = "file") -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: {what} not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InputError(f"{path}: {what} is not valid JSON (corrupted?)") from None
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line and flush it to disk (a resume point records the file's length)."""
+    with open(path, "a") as handle:
+        handle.write(line + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def truncate(path: Path, length: int) -> None:
+    """Cut a log back to the length a resume point recorded (drops lines written after it)."""
+    if path.exists():
+        with open(path, "r+b") as handle:
+            handle.truncate(length)
+    elif length:
+        raise InputError(f"{path}: missing, but the resume point expects {length} bytes")

@@ -1,0 +1,256 @@
+"""Experimental conditions: the machine and software a result came from, and a fingerprint
+of the part of them that changes numbers.
+
+conditions.json records everything a reader of the paper's supplement would want (CPU,
+RAM, OS, GPU, driver, CUDA, cuDNN, library versions, numerics settings, container image,
+git commit). The fingerprint hashes only what changes results — device model, driver,
+CUDA/cuDNN, torch, numpy, ale-py, OpenCV, Python, CPU instruction sets, thread count,
+numerics environment — so a new machine of the same kind, or a new version of an
+unrelated package, keeps it; a different GPU or torch build changes it and retrains.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from reprodqn.core import workspace
+from reprodqn.core.digests import json_digest
+from reprodqn.determinism import isa
+
+# instruction-set flags that decide which kernels torch, oneDNN, MKL and OpenCV run
+ISA_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq",
+             "avx512bw", "avx512vl", "avx512cd", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve")
+NUMERIC_PACKAGES = ("torch", "numpy", "ale-py", "opencv-python-headless")
+REPORTED_PACKAGES = (*NUMERIC_PACKAGES, "gymnasium", "safetensors", "pydantic", "mlflow",
+                     "dvc", "submitit", "nvidia-ml-py")
+IMAGE_ENV = ("REPRODQN_IMAGE", "REPRODQN_IMAGE_DIGEST", "REPRODQN_IMAGE_TORCH")
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_info() -> dict:
+    fields = isa.cpuinfo()
+    flags = isa.machine_flags()
+    import torch
+
+    return {
+        "model": fields.get("model name") or platform.processor() or platform.machine(),
+        "architecture": platform.machine(),
+        "logical_cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "isa_flags": sorted(flags & set(ISA_FLAGS)),
+        "all_flags": sorted(flags),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def os_info() -> dict:
+    pretty = None
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                pretty = line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    return {"system": platform.system(), "kernel": platform.release(), "distribution": pretty,
+            "libc": " ".join(platform.libc_ver()).strip() or None}
+
+
+def gpu_info() -> dict:
+    """GPUs through torch (and NVML for the driver when nvidia-ml-py is installed)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"present": False, "note": "no CUDA device visible to torch",
+                "torch_cuda_build": torch.version.cuda}
+    devices = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        devices.append({"name": props.name, "capability": f"{props.major}.{props.minor}",
+                        "memory_bytes": props.total_memory})
+    driver = None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        pynvml.nvmlShutdown()
+    except Exception:  # NVML absent or unusable: the driver stays unrecorded, not fatal
+        driver = None
+    return {"present": True, "devices": devices, "driver": driver, "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version()}
+
+
+def git_info(root: Path) -> dict:
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=10)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {"commit": None, "note": "not a git checkout"}
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+        return {"commit": head.stdout.strip(), "dirty": dirty}
+    except (OSError, subprocess.TimeoutExpired):
+        return {"commit": None, "note": "git unavailable"}
+
+
+def container_info() -> dict:
+    """Whether this runs in a container, and whose: podman's marker file or docker's; the
+    image's name and digest (make docker-run passes them) and its torch build (cuda or cpu,
+    the image's REPRODQN_IMAGE_TORCH)."""
+    engine = ("podman" if Path("/run/.containerenv").exists() else
+              "docker" if Path("/.dockerenv").exists() else None)
+    return {"inside_container": engine is not None, "engine": engine,
+            "image": os.environ.get("REPRODQN_IMAGE"),
+            "image_digest": os.environ.get("REPRODQN_IMAGE_DIGEST"),
+            "torch_build": os.environ.get("REPRODQN_IMAGE_TORCH")}
+
+
+def collect(compute_config, root: Path = Path(".")) -> dict:
+    """Everything about where and how this process computes."""
+    from reprodqn.determinism.numerics import resolve_device
+
+    device = resolve_device(compute_config.device)
+    gpu = gpu_info()
+    conditions = {
+        "device": str(device),
+        "device_name": (gpu["devices"][device.index or 0]["name"] if device.type == "cuda"
+                        else "cpu"),
+        "cpu": cpu_info(),
+        "memory_bytes": memory_bytes(),
+        "os": os_info(),
+        "gpu": gpu,
+        "python": {"version": platform.python_version(),
+                   "implementation": platform.python_implementation(),
+                   "executable": sys.executable},
+        "packages": {name: package_version(name) for name in REPORTED_PACKAGES},
+        "numerics": {
+            "cpu_isa": compute_config.cpu_isa,
+            "torch_threads": compute_config.threads,
+            "deterministic_gpu_default": compute_config.deterministic_gpu,
+            "environment": {name: os.environ.get(name) for name in isa.NUMERICS_ENV},
+        },
+        "container": container_info(),
+        "bundle": git_info(root),
+    }
+    conditions["fingerprint"] = fingerprint(conditions)
+    return conditions
+
+
+def fingerprint_fields(conditions: dict) -> dict:
+    """The part of the conditions that changes numbers. With the CPU instruction set pinned
+    to a floor, the floor stands in for the machine's own instruction sets: any machine at
+    or above it computes the same numbers."""
+    gpu = conditions["gpu"]
+    floor = conditions["numerics"].get("cpu_isa", "native")
+    pinned = floor != "native"
+    return {
+        "device": conditions["device"].split(":")[0],
+        "device_name": conditions["device_name"],
+        "gpu_driver": gpu.get("driver"),
+        "cuda": gpu.get("cuda"),
+        "cudnn": gpu.get("cudnn"),
+        "cpu_architecture": conditions["cpu"]["architecture"],
+        "cpu_isa": floor,
+        "cpu_isa_flags": None if pinned else conditions["cpu"]["isa_flags"],
+        "torch_cpu_capability": None if pinned else conditions["cpu"]["torch_cpu_capability"],
+        "python": conditions["python"]["version"],
+        "packages": {name: conditions["packages"].get(name) for name in NUMERIC_PACKAGES},
+        "torch_threads": conditions["numerics"]["torch_threads"],
+        "environment": {name: conditions["numerics"]["environment"].get(name)
+                        for name in isa.FINGERPRINT_ENV},
+    }
+
+
+def fingerprint(conditions: dict) -> str:
+    return json_digest(fingerprint_fields(conditions))
+
+
+def differences(ours: dict, theirs: dict, prefix: str = "") -> list[str]:
+    """Dotted paths whose values differ between two conditions records."""
+    changed = []
+    for key in sorted(set(ours) | set(theirs)):
+        a, b = ours.get(key), theirs.get(key)
+        path = f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += differences(a, b, path + ".")
+        elif a != b:
+            changed.append(path)
+    return changed
+
+
+def write_conditions(compute_config, out_dir: Path) -> dict:
+    """The conditions stage: conditions.json, fingerprint.json (what training depends on)
+    and the SBOM, into `out_dir`."""
+    from reprodqn.core.atomic import write_json
+
+    conditions = collect(compute_config)
+    write_json(out_dir / workspace.CONDITIONS, conditions)
+    write_json(out_dir / workspace.FINGERPRINT, {"fingerprint": conditions["fingerprint"],
+                                              "fields": fingerprint_fields(conditions)})
+    write_sbom(out_dir / workspace.SBOM)
+    return conditions
+
+
+# ---------------------------------------------------------------------------------------------
+# SBOM
+
+
+def write_sbom(path: Path) -> dict:
+    """A CycloneDX JSON SBOM of this Python environment (cyclonedx-bom), reproducible: no
+    timestamp or serial number, and nothing machine-specific. An editable install makes
+    cyclonedx list the project twice, once under a random bom-ref and a file:// path; that
+    copy is dropped, so the same environment always gives the same file."""
+    import json
+    import tempfile
+
+    from reprodqn.core.atomic import write_json
+    from reprodqn.core.errors import InputError
+
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "sbom.json"
+        result = subprocess.run(
+            [sys.executable, "-m", "cyclonedx_py", "environment", sys.executable,
+             "--output-reproducible", "--of", "JSON", "-o", str(raw)],
+            capture_output=True, text=True)
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise InputError(f"cyclonedx-py could not write the SBOM: {last}")
+        doc = json.loads(raw.read_text())
+    dropped = {c["bom-ref"] for c in doc.get("components", [])
+               if c.get("bom-ref", "").startswith("BomRef.")}
+    doc["components"] = [c for c in doc.get("components", []) if c["bom-ref"] not in dropped]
+    for component in doc["components"]:
+        refs = [r for r in component.get("externalReferences", [])
+                if not r.get("url", "").startswith("file:")]
+        if refs:
+            component["externalReferences"] = refs
+        else:
+            component.pop("externalReferences", None)
+    doc["dependencies"] = [
+        {**d, "dependsOn": [r for r in d.get("dependsOn", []) if r not in dropped]}
+        for d in doc.get("dependencies", []) if d.get("ref") not in dropped]
+    write_json(path, doc)
+    return doc

@@ -1,0 +1,127 @@
+"""The optimizers DQN has been trained with, each deterministic, its state tensors saved in
+resume points (`agent.optimizer` picks one):
+
+- rmsprop: torch.optim.RMSprop as the authors call it (uncentred, eps added after the
+  square root), bit for bit, with a speed fix for zero square averages;
+- rmsprop_centered: DeepMind's 2015 RMSProp (deepmind/dqn, NeuralQLearner.lua): centred,
+  eps inside the square root, no momentum; torch has no such option, so it is written here;
+- adam: torch.optim.Adam (Dopamine's JAX DQN, CleanRL), bit for bit, with the same speed fix.
+
+Why the speed fix: torch 2.13's CPU sqrt is ~10x slower on zeros and ~28x on 1e-30 than on
+1e-26 or more (measured on the AVX2 path), and dead ReLU units leave most of fc1's square
+average at zero. Clamping it first to a floor whose root vanishes when eps is added changes no bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def exact_sqrt_floor(eps: float, scale: float = 1.0) -> float:
+    """The largest clamp that cannot change fl(sqrt(v) / scale + eps) in float32:
+    (ulp(eps) / 4 * scale)^2, so the root's share stays under a quarter ulp of eps
+    (2^-64 for eps = 0.01 at scale 1); 0 when that underflows."""
+    floor = float((np.spacing(np.float32(eps), dtype=np.float32) / 4 * scale) ** 2)
+    return floor if floor >= np.finfo(np.float32).tiny else 0.0
+
+
+def _state(optimizer: torch.optim.Optimizer, param: torch.Tensor, *names: str) -> dict:
+    """The param's state, created on first use: a float32 step count and zeroed buffers."""
+    state = optimizer.state[param]
+    if not state:
+        state["step"] = torch.zeros((), dtype=torch.float32)
+        for name in names:
+            state[name] = torch.zeros_like(param, memory_format=torch.preserve_format)
+    return state
+
+
+class RMSprop(torch.optim.RMSprop):
+    """torch.optim.RMSprop (uncentred, no momentum), the same arithmetic in the same order,
+    the square average clamped to the exact floor before its root (module docstring).
+    Bit-identical to torch's RMSprop (tests/dqn/test_agent.py)."""
+
+    def __init__(self, params, lr: float, alpha: float, eps: float):
+        super().__init__(params, lr=lr, alpha=alpha, eps=eps, foreach=False)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+            floor = exact_sqrt_floor(eps)
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = _state(self, param, "square_avg")
+                grad, square_avg = param.grad, state["square_avg"]
+                state["step"] += 1
+                square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+                avg = square_avg.clamp_min(floor).sqrt_().add_(eps)
+                param.addcdiv_(grad, avg, value=-lr)
+
+
+class CenteredRMSprop(torch.optim.Optimizer):
+    """DeepMind's RMSProp for DQN (NeuralQLearner.lua, qLearnMinibatch):
+    g = a g + (1 - a) dw;  g2 = a g2 + (1 - a) dw^2;  w -= lr dw / sqrt(g2 - g^2 + eps),
+    with a = 0.95 and eps = 0.01 there: the constant is a minimum squared gradient inside
+    the root, so the step is at most lr |dw| / sqrt(eps) and no root ever sees zero."""
+
+    def __init__(self, params, lr: float, alpha: float, eps: float):
+        super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = _state(self, param, "square_avg", "grad_avg")
+                grad = param.grad
+                state["step"] += 1
+                state["grad_avg"].mul_(alpha).add_(grad, alpha=1 - alpha)
+                state["square_avg"].mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+                variance = state["square_avg"].addcmul(state["grad_avg"], state["grad_avg"],
+                                                       value=-1)
+                param.addcdiv_(grad, variance.add_(eps).sqrt_(), value=-lr)
+
+
+class Adam(torch.optim.Adam):
+    """torch.optim.Adam (single-tensor path, no amsgrad, no weight decay), the same
+    arithmetic in the same order, the second moment clamped to the exact floor for this
+    step's bias correction before its root. Bit-identical to torch's Adam
+    (tests/dqn/test_optimizers.py)."""
+
+    def __init__(self, params, lr: float, betas: tuple[float, float], eps: float):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, foreach=False, fused=False)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = _state(self, param, "exp_avg", "exp_avg_sq")
+                grad, exp_avg, exp_avg_sq = param.grad, state["exp_avg"], state["exp_avg_sq"]
+                state["step"] += 1
+                exp_avg.lerp_(grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                step = state["step"].item()
+                step_size = lr / (1 - beta1 ** step)
+                correction2_sqrt = (1 - beta2 ** step) ** 0.5
+                floor = exact_sqrt_floor(eps, correction2_sqrt)
+                denom = exp_avg_sq.clamp_min(floor).sqrt_().div_(correction2_sqrt).add_(eps)
+                param.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+def build_optimizer(parameters, agent_config) -> torch.optim.Optimizer:
+    """The optimizer `agent.optimizer` names, with its params."""
+    c = agent_config
+    if c.optimizer == "rmsprop":
+        return RMSprop(parameters, lr=c.learning_rate, alpha=c.rmsprop_alpha, eps=c.rmsprop_eps)
+    if c.optimizer == "rmsprop_centered":
+        return CenteredRMSprop(parameters, lr=c.learning_rate, alpha=c.rmsprop_alpha,
+                               eps=c.rmsprop_eps)
+    return Adam(parameters, lr=c.learning_rate, betas=(c.adam_beta1, c.adam_beta2),
+                eps=c.adam_eps)

@@ -1,0 +1,242 @@
+"""The paper's evaluation protocol, played for many episodes at once.
+
+Per checkpoint: greedy episodes, each from its own start state — a fresh game, the start
+sequence replayed frame by frame, then greedy play with frame skip 4 for at most 18,000
+frames (5 minutes). A lost life does not end the episode: each minimal action is played
+once, uncounted, so FIRE relaunches the ball (the authors' code). The episode ends on game
+over or at the cap; its score is the raw (unclipped) reward sum. Agents trained with
+sticky actions get no start sequence; episode k uses sticky seed k instead.
+
+Speed: live episodes are stepped together and their Q-values computed in fixed-size
+chunks, so one episode's actions do not depend on its batch-mates; worker processes each
+play an interleaved share of the episodes (ALE holds the GIL, so threads would not help).
+The result of every episode is the same as when it is played alone.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from reprodqn.determinism import numerics, rng
+from reprodqn.dqn.network import QNetwork, q_values
+from reprodqn.training.atari import (
+    Emulator,
+    FrameHistory,
+    replay_start_sequence,
+    start_without_sequence,
+)
+from reprodqn.training.checkpoints import load_weights
+
+EVAL_THREADS = 1  # per worker; parallelism comes from processes, so results never depend on it
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Everything about how an episode is played, besides the network."""
+
+    game: str
+    frame_skip: int
+    history_length: int
+    screen_size: int
+    max_frames: int
+    sticky_p: float
+    chunk: int
+    resize: str
+    generator: str  # the family of the per-episode sticky streams
+
+    @classmethod
+    def for_run(cls, config, evaluation_config) -> Protocol:
+        """From a run's (or the base params') env and seeds, and the evaluation params."""
+        env = config.env
+        return cls(env.game, env.frame_skip, env.history_length, env.screen_size,
+                   evaluation_config.max_frames, env.sticky_p,
+                   evaluation_config.inference_chunk, env.resize, config.seeds.generator)
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    episode: int
+    start_sequence: int | None = None  # index into the start-sequence file
+    sticky_seed: int | None = None
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    episode: int
+    start_sequence: int | None
+    sticky_seed: int | None
+    score: int
+    frames: int
+
+
+def episode_specs(protocol: Protocol, episodes: int, sticky_seed_start: int) -> list[EpisodeSpec]:
+    if protocol.sticky_p > 0:
+        return [EpisodeSpec(k, sticky_seed=sticky_seed_start + k) for k in range(episodes)]
+    return [EpisodeSpec(k, start_sequence=k) for k in range(episodes)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Playing
+
+
+class Emulators:
+    """Emulators kept for reuse: loading the ROM costs ~0.1 s, a reset is the same game."""
+
+    def __init__(self, protocol: Protocol):
+        self.protocol = protocol
+        self._emulators: list[Emulator] = []
+
+    def take(self, n: int) -> list[Emulator]:
+        p = self.protocol
+        while len(self._emulators) < n:
+            self._emulators.append(Emulator(p.game, 0.0, None, p.screen_size, p.resize))
+        return self._emulators[:n]
+
+
+def play(net: QNetwork, specs: Sequence[EpisodeSpec], protocol: Protocol,
+         sequences: Sequence[Sequence[int]] | None,
+         emulators: Emulators | None = None) -> list[EpisodeResult]:
+    """Play the episodes together in this process; one result per spec, in order."""
+    n = len(specs)
+    p = protocol
+    histories = np.zeros((n, p.history_length, p.screen_size, p.screen_size), np.uint8)
+    emulators = (emulators or Emulators(protocol)).take(n)
+    views = []
+    for k, spec in enumerate(specs):
+        emulator = emulators[k]
+        if spec.sticky_seed is not None:  # this episode's own sticky stream
+            emulator.sticky_p = p.sticky_p
+            emulator.sticky_rng = rng.make_stream(p.generator, spec.sticky_seed)
+        else:
+            emulator.sticky_p, emulator.sticky_rng = 0.0, None
+        view = FrameHistory(p.history_length, p.screen_size, histories[k])
+        if spec.start_sequence is not None:
+            replay_start_sequence(emulator, view, sequences[spec.start_sequence], p.frame_skip)
+        else:
+            start_without_sequence(emulator, view)
+        views.append(view)
+    lives = [e.lives() for e in emulators]
+    scores, frames = [0] * n, [0] * n
+    # Round robin over live episodes, a whole number of chunks per round (the rest wait for
+    # the next one): no chunk is padded until fewer than one chunk's worth are left. The
+    # order cannot change results: episodes are independent and every chunk the same size.
+    live = deque(range(n))
+    while live:
+        due = len(live) if len(live) < p.chunk else len(live) - len(live) % p.chunk
+        batch = [live.popleft() for _ in range(due)]
+        actions = q_values(net, histories[batch], p.chunk).argmax(axis=1)
+        for k, action in zip(batch, actions, strict=True):
+            emulator = emulators[k]
+            scores[k] += emulator.repeat(emulator.action_set[action], p.frame_skip)
+            frames[k] += p.frame_skip
+            views[k].push(emulator.observe())
+            if emulator.game_over():
+                continue
+            if emulator.lives() < lives[k]:
+                emulator.relaunch()
+                views[k].push(emulator.observe())
+                lives[k] = emulator.lives()
+            if frames[k] < p.max_frames:
+                live.append(k)
+    return [EpisodeResult(s.episode, s.start_sequence, s.sticky_seed, scores[k], frames[k])
+            for k, s in enumerate(specs)]
+
+
+def load_network(path: Path, expected_sha256: str | None, device: torch.device) -> QNetwork:
+    """A Q-network from a checkpoint, after checking its hash."""
+    tensors, meta = load_weights(path, expected_sha256)
+    net = QNetwork(meta["network"], int(meta["n_actions"]), int(meta["history_length"]),
+                   int(meta["screen_size"]), dueling=meta.get("dueling") == "True")
+    net.load_state_dict(tensors)
+    return net.to(device).eval()
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers: each plays an interleaved share of a checkpoint's episodes
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(device: str, deterministic_gpu: bool, protocol: Protocol) -> None:
+    torch_device, applied = numerics.configure(device, EVAL_THREADS, deterministic_gpu)
+    _WORKER.update(device=torch_device, applied=applied, nets={},
+                   emulators=Emulators(protocol))
+
+
+def _play_share(path: str, sha256: str, specs, protocol, sequences):
+    nets = _WORKER["nets"]
+    if (path, sha256) not in nets:
+        nets.clear()
+        nets[(path, sha256)] = load_network(Path(path), sha256, _WORKER["device"])
+    return play(nets[(path, sha256)], specs, protocol, sequences, _WORKER["emulators"])
+
+
+class Evaluator:
+    """Evaluates checkpoints with `workers` processes (or in this process for 1).
+
+    Each worker takes whole checkpoints, all queued at once: a worker whose episodes have
+    ended starts the next checkpoint instead of waiting for the other's longest episode,
+    and 100 episodes in one batch keep the Q-network chunks full for longest. With fewer
+    checkpoints than workers, episodes are split instead."""
+
+    def __init__(self, protocol: Protocol, sequences, workers: int, device: str = "cpu",
+                 deterministic_gpu: bool = True):
+        self.protocol, self.sequences, self.workers = protocol, sequences, workers
+        self._pool = None
+        if workers > 1:
+            self._pool = ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker, initargs=(device, deterministic_gpu, protocol))
+        else:
+            _init_worker(device, deterministic_gpu, protocol)
+        self.device = str(numerics.resolve_device(device))
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+    def evaluate(self, path: Path, sha256: str,
+                 specs: Sequence[EpisodeSpec]) -> list[EpisodeResult]:
+        return next(self.evaluate_many([(path, sha256)], specs))
+
+    def evaluate_many(self, checkpoints: Sequence[tuple[Path, str]],
+                      specs: Sequence[EpisodeSpec]) -> Iterator[list[EpisodeResult]]:
+        """Results per checkpoint, in the order given, as each becomes available."""
+        if self._pool is None:
+            for path, sha256 in checkpoints:
+                yield _play_share(str(path), sha256, specs, self.protocol, self.sequences)
+            return
+        parts = max(1, -(-self.workers // max(len(checkpoints), 1)))
+        pending = []
+        for path, sha256 in checkpoints:
+            shares = [list(specs[w::parts]) for w in range(parts)]
+            pending.append([self._pool.submit(_play_share, str(path), sha256, share,
+                                              self.protocol, self.sequences)
+                            for share in shares if share])
+        for futures in pending:
+            results = [r for future in futures for r in future.result()]
+            yield sorted(results, key=lambda r: r.episode)
+
+
+def end_state_histories(sequences, protocol: Protocol) -> np.ndarray:
+    """The frame history at the end of each start sequence (what the ranker scores)."""
+    p = protocol
+    histories = np.zeros((len(sequences), p.history_length, p.screen_size, p.screen_size),
+                         np.uint8)
+    emulator = Emulator(p.game, 0.0, None, p.screen_size, p.resize)
+    for k, sequence in enumerate(sequences):
+        view = FrameHistory(p.history_length, p.screen_size, histories[k])
+        replay_start_sequence(emulator, view, sequence, p.frame_skip)
+    return histories

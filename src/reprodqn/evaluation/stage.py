@@ -1,0 +1,173 @@
+"""The evaluate stage: every checkpoint of a run played by the protocol's workers into
+eval.csv, resumable per checkpoint, and skipped when eval.csv already holds the same
+evaluation (protocol, start states and checkpoints: the evaluation digest)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from reprodqn.core import workspace
+from reprodqn.core.digests import json_digest
+from reprodqn.core.progress import Progress
+from reprodqn.core.workers import default_workers
+from reprodqn.evaluation.protocol import (
+    EVAL_THREADS,
+    EpisodeResult,
+    Evaluator,
+    Protocol,
+    episode_specs,
+)
+
+
+@dataclass(frozen=True)
+class CheckpointEvaluated:
+    index: int
+    total: int
+    step: int
+    mean_score: float
+    agent_steps: int
+    resumed: bool = False
+
+
+def evaluation_digest(protocol: Protocol, specs, sequences_sha256: str | None,
+                      hashes: list[dict]) -> str:
+
+    body = {"protocol": asdict(protocol), "specs": [asdict(s) for s in specs],
+            "start_sequences": sequences_sha256,
+            "checkpoints": [[h["step"], h["weights_sha256"]] for h in hashes],
+            "inference_threads": EVAL_THREADS}
+    return json_digest(body)
+
+
+def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Evaluator, specs,
+                 digest: str, start_states: dict | None = None) -> Iterator[CheckpointEvaluated]:
+    """Evaluate every checkpoint of `run_dir` into `out_dir`/eval.csv (a directory of its
+    own: DVC lets no stage write inside another's outputs); progress survives interruption
+    per checkpoint."""
+    from reprodqn.core.atomic import append_line, write_json, write_text
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress_path = out_dir / workspace.EVAL_PROGRESS
+    done: dict[int, list[dict]] = {}
+    if progress_path.exists():
+        for line in progress_path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                break  # a line cut by a kill: everything before it stands
+            if entry.get("digest") == digest:
+                done[entry["step"]] = entry["results"]
+        progress_path.write_text("".join(
+            json.dumps({"digest": digest, "step": s, "results": r}) + "\n"
+            for s, r in done.items()))
+
+    todo = [(workspace.checkpoint_path(run_dir, h["step"]), h["weights_sha256"]) for h in hashes
+            if h["step"] not in done]
+    fresh = evaluator.evaluate_many(todo, specs)
+    rows = []
+    for index, line in enumerate(hashes):
+        step = line["step"]
+        resumed = step in done
+        if resumed:
+            results = [EpisodeResult(**r) for r in done[step]]
+        else:
+            results = next(fresh)
+            append_line(progress_path, json.dumps(
+                {"digest": digest, "step": step, "results": [asdict(r) for r in results]}))
+        rows += [{"step": step, **asdict(r)} for r in results]
+        yield CheckpointEvaluated(index + 1, len(hashes), step,
+                                  float(np.mean([r.score for r in results])),
+                                  sum(r.frames for r in results) // evaluator.protocol.frame_skip,
+                                  resumed)
+
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, workspace.EVAL_CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(out_dir / workspace.EVAL_CSV, buffer.getvalue())
+    write_json(out_dir / workspace.EVAL_JSON, {
+        "digest": digest, "protocol": asdict(evaluator.protocol), "episodes": len(specs),
+        "inference_threads": EVAL_THREADS, "workers": evaluator.workers,
+        "device": evaluator.device, "start_states": start_states,
+    })
+    progress_path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage for one run
+
+
+@dataclass(frozen=True)
+class EvaluatedRun:
+    """What the evaluate stage did for one run, for the probe and tracking that follow."""
+
+    config: object  # the run's RunConfig
+    run_dir: Path
+    out_dir: Path
+    hashes: list
+    digest: str
+    protocol: Protocol
+
+
+def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
+                   start_sequences: Path | None, workers: int | None) -> EvaluatedRun:
+    """Evaluate every checkpoint of runs/GROUP/RUN, unless eval.csv already holds this
+    evaluation (same protocol, start states and checkpoints)."""
+    from reprodqn.config.params import resolve_run
+    from reprodqn.core.atomic import read_json
+    from reprodqn.core.errors import InputError
+
+    config = resolve_run(params, group, run)
+    run_dir = workspace.run_dir(runs, group, run)
+    if not (run_dir / workspace.COMPLETE).exists():
+        raise InputError(f"{run_dir}: training is not complete; run `reprodqn train "
+                         f"--group {group} --run {run}` first")
+    hashes = workspace.read_hashes(run_dir)
+    protocol = Protocol.for_run(config, params.evaluation)
+    specs = episode_specs(protocol, params.evaluation.episodes,
+                          params.evaluation.sticky_seed_start)
+    sequences, sequences_sha, used = None, None, None
+    if protocol.sticky_p == 0:
+        from reprodqn.evaluation import start_states
+
+        path = Path(start_sequences or params.evaluation.start_sequences)
+        doc = start_states.load(path, at_least=params.evaluation.episodes)
+        sequences, sequences_sha = doc["sequences"], doc["sequences_sha256"]
+        used = start_states.summary(doc, path)
+    digest = evaluation_digest(protocol, specs, sequences_sha, hashes)
+    label = f"evaluate {group}/{run}"
+    out_dir = workspace.eval_dir(evaluations, group, run)
+    record = out_dir / workspace.EVAL_JSON
+    if (out_dir / workspace.EVAL_CSV).exists() and record.exists() and read_json(
+            record, "evaluation record").get("digest") == digest:
+        print(f"{label}: already evaluated", file=sys.stderr)
+    else:
+        evaluator = Evaluator(protocol, sequences, workers or default_workers(threads=1),
+                              config.compute.device, config.compute.deterministic_gpu)
+        with evaluator:
+            _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest,
+                                    used)
+    return EvaluatedRun(config, run_dir, out_dir, hashes, digest, protocol)
+
+
+def _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest,
+                            used) -> None:
+    progress = Progress(label, len(hashes), unit="checkpoints", interval=0)
+    agent_steps = 0
+    start = time.monotonic()
+    for event in evaluate_run(run_dir, out_dir, hashes, evaluator, specs, digest, used):
+        agent_steps += event.agent_steps
+        rate = agent_steps / max(time.monotonic() - start, 1e-9)
+        note = ("kept from an interrupted evaluation" if event.resumed
+                else f"{rate:.0f} agent steps/s")
+        progress.update(event.index, extra=f"step {event.step}: mean score "
+                        f"{event.mean_score:.2f} ({note})")

@@ -1,0 +1,121 @@
+"""Retrain one run of a shipped study up to a step, outside the workspace, and compare the
+prefix of its chains with the shipped ones: an artifact evaluator's spot-check in minutes.
+Also makes the resume points a bundle ships, so a spot-check can start late in a run."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from reprodqn.config.params import RunConfig, load_params, resolve_run
+from reprodqn.core import workspace
+from reprodqn.core.atomic import read_json
+from reprodqn.core.errors import InputError
+from reprodqn.core.events import CheckpointWritten, ProcessRecord
+
+CHAINS = (*workspace.CHAINS.values(), "updates")  # a spot-check also compares the count
+LOGS = workspace.RUN_LOGS
+SHIPPED_LOGS = "logs"  # beside a shipped resume point: the run's logs as they were there
+
+
+def parse_run(text: str) -> tuple[str, int]:
+    """'GROUP/RUN' -> (group, run)."""
+    group, _, run = str(text).partition("/")
+    if not group or not run.isdigit():
+        raise InputError(f"--rerun {text}: expected GROUP/RUN, e.g. deterministic/0")
+    return group, int(run)
+
+
+def shipped_config(reference: Path, group: str, run: int, fallback: Path,
+                   overrides=()) -> RunConfig:
+    """The run's config from the reference's own params.yaml (else `fallback`), checked
+    against the digest its run directory recorded."""
+    params_path = reference / "params.yaml"
+    if not params_path.exists():
+        params_path = fallback
+    config = resolve_run(load_params(params_path, overrides), group, run)
+    recorded_path = workspace.run_dir(reference / workspace.RUNS, group, run) / workspace.RUN_CONFIG
+    if not recorded_path.exists():
+        raise InputError(f"{recorded_path}: not found; the reference has no run {group}/{run}")
+    recorded = read_json(recorded_path, "run config").get("digest")
+    if recorded != config.digest():
+        raise InputError(f"{params_path}: its params give {group}/{run} digest "
+                         f"{config.digest()[:12]}, but {recorded_path} records "
+                         f"{str(recorded)[:12]} (mismatched params)")
+    return config
+
+
+def shipped_resume_point(reference: Path, group: str, run: int, until: int) -> Path | None:
+    """A resume directory the reference ships for this run at or before `until`."""
+    resume_dir = workspace.resume_points_dir(reference, group, run)
+    step = workspace.latest_resume_step(resume_dir)
+    if step is not None and step <= until:
+        return resume_dir
+    return None
+
+
+def train_until(config: RunConfig, scratch: Path, until: int, resume_dir: Path | None = None,
+                progress=None) -> Path:
+    """Train `config` from scratch (or from a shipped `resume_dir` and the logs beside it)
+    into `scratch`, stopping at step `until` with a resume point there."""
+    from reprodqn.training.loop import train
+
+    if until < 0:
+        raise InputError(f"--until {until}: expected a step >= 0")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    if resume_dir is not None:
+        shutil.copytree(resume_dir, scratch / "resume",
+                        ignore=shutil.ignore_patterns(SHIPPED_LOGS))
+        for name in LOGS:  # process lines hold timings: the reference's differ in length
+            if not (resume_dir / SHIPPED_LOGS / name).exists():
+                raise InputError(f"{resume_dir / SHIPPED_LOGS / name}: missing from the "
+                                 "shipped resume point")
+            shutil.copyfile(resume_dir / SHIPPED_LOGS / name, scratch / name)
+    for event in train(config, scratch, until=until):
+        if progress is not None and isinstance(event, ProcessRecord | CheckpointWritten):
+            progress(event.step)
+    return scratch
+
+
+def compare_prefix(reference_run: Path, rerun: Path, until: int) -> dict:
+    """The reference's checkpoint and process records up to `until` against the rerun's:
+    the first that differs (process records are finer: every log_every steps)."""
+    compared = 0
+    for name, read, keys in ((LOGS[0], workspace.read_hashes, CHAINS),
+                             (LOGS[1], workspace.read_process,
+                              (workspace.CHAINS["losses"], "updates"))):
+        ours = {line["step"]: line for line in read(rerun)}
+        for theirs in read(reference_run):
+            if theirs["step"] > until:
+                break
+            mine = ours.get(theirs["step"])
+            compared += 1
+            differing = [k for k in keys if mine is None or mine.get(k) != theirs.get(k)]
+            if differing:
+                return {"identical": False, "records_compared": compared,
+                        "first": {"file": name, "step": theirs["step"],
+                                  "fields": differing}}
+    return {"identical": True, "records_compared": compared, "first": None}
+
+
+def make_resume_point(config: RunConfig, run_dir: Path, scratch: Path, out: Path, step: int,
+                      progress=None) -> dict:
+    """Retrain a finished run to `step`, check it passed through the run's own chain, and
+    keep the resume point there for a bundle to ship."""
+    train_until(config, scratch, step, progress=progress)
+    check = compare_prefix(run_dir, scratch, step)
+    if not check["identical"]:
+        first = check["first"]
+        raise InputError(f"{run_dir}: retraining to step {step} leaves its chain at step "
+                         f"{first['step']} ({', '.join(first['fields'])}); this machine does "
+                         "not replicate the run, so its resume point would not be the run's")
+    staging = out.with_name(f".{out.name}.partial")  # never a half-copied point in `out`
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(scratch / "resume", staging)
+    (staging / SHIPPED_LOGS).mkdir()
+    for name in LOGS:
+        shutil.copyfile(scratch / name, staging / SHIPPED_LOGS / name)
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    return check

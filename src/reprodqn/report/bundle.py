@@ -1,0 +1,138 @@
+"""The bundle: one archive a paper can link to, holding what a reader needs to replicate
+the study and to check a replication against it (`reprodqn verify --reference`).
+
+Code, params, the pipeline and its lock, start sequences, conditions and SBOM, every
+run's hash chains and records, evaluation results and the report, with a manifest of
+SHA-256s; weights only on request. CITATION.cff and an RO-Crate (artifact.py) say what to
+cite and what each file is, for an archive and for a reader. The archive itself is
+reproducible: sorted entries, fixed times and owners, so the same files always give the
+same bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+from reprodqn.core import run_lock, workspace
+from reprodqn.core.atomic import atomic_open
+from reprodqn.core.digests import sha256_file
+from reprodqn.core.errors import InputError
+from reprodqn.determinism import provenance
+from reprodqn.report import citation
+
+PROJECT_FILES = ("README.md", "CITATION.cff", "Makefile", "Dockerfile", ".dockerignore",
+                 "pyproject.toml", "requirements.lock", "params.yaml",
+                 "dvc.yaml", "dvc.lock", ".dvcignore", ".dvc/config", ".gitignore")
+PROJECT_DIRS = ("src", "tests", "tools", "bench", "experiments", ".ci", "presets")
+ROOT = "reprodqn-bundle"
+METADATA = ("CITATION.cff", "ro-crate-metadata.json")  # written by the bundle, for archives
+
+
+def _tracked(root: Path) -> list[Path]:
+    """Git-tracked project files when git knows them, else the project's own layout."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True,
+                             timeout=20)
+        if out.returncode == 0 and out.stdout:
+            return [Path(p) for p in out.stdout.decode().split("\0") if p]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    files = [Path(f) for f in PROJECT_FILES if (root / f).is_file()]
+    for directory in PROJECT_DIRS:
+        files += [p.relative_to(root) for p in (root / directory).rglob("*") if p.is_file()
+                  and "__pycache__" not in p.parts]
+    return files
+
+
+def collect(root: Path, checkpoints: bool) -> list[Path]:
+    root = Path(root)
+    runs = root / workspace.RUNS
+    if not runs.is_dir():
+        raise InputError(f"{runs}: no runs to bundle; run the study first")
+    files = set(_tracked(root))
+    for directory in workspace.RESULT_DIRS:
+        files |= {p.relative_to(root) for p in (root / directory).rglob("*")
+                  if p.is_file() and not p.name.endswith(".progress.jsonl")
+                  and p.name != run_lock.LOCK_NAME}
+    for run_dir in sorted(p for p in runs.glob("*/*") if p.is_dir()):
+        files |= {(run_dir / name).relative_to(root) for name in workspace.RUN_RECORDS
+                  if (run_dir / name).exists()}
+        if checkpoints:
+            files |= {p.relative_to(root) for p in (run_dir / "checkpoints").glob("*")}
+    for name in ("ranker/ranker.json", "ranker/ranker.safetensors"):
+        if (root / name).exists():
+            files.add(Path(name))
+    return sorted(f for f in files if (root / f).is_file())
+
+
+def write(root: Path, out: Path, checkpoints: bool) -> dict:
+    """The archive, and beside it the CITATION.cff and ro-crate-metadata.json it holds
+    (what an archive such as Zenodo reads from an upload)."""
+    root, out = Path(root), Path(out)
+    files = collect(root, checkpoints)
+    contents = {f.as_posix(): None for f in files}  # None: read from the workspace
+    contents.update(metadata(root, files))
+    hashes = {name: sha256_file(root / name) if data is None else sha256_bytes(data)
+              for name, data in contents.items()}
+    manifest = "".join(f"{hashes[name]}  {name}\n" for name in sorted(contents))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(contents):
+            data = (root / name).read_bytes() if contents[name] is None else contents[name]
+            tar.addfile(_info(f"{ROOT}/{name}", len(data)), io.BytesIO(data))
+        data = manifest.encode()
+        tar.addfile(_info(f"{ROOT}/MANIFEST.sha256", len(data)), io.BytesIO(data))
+    with atomic_open(out, "wb") as handle, \
+            gzip.GzipFile(fileobj=handle, mode="wb", mtime=0, filename="") as gz:
+        gz.write(buffer.getvalue())
+    for name in METADATA:
+        with atomic_open(out.parent / name, "wb") as handle:
+            handle.write(contents[name])
+    return {"files": len(contents), "bytes": out.stat().st_size, "sha256": sha256_file(out)}
+
+
+def metadata(root: Path, files: list[Path]) -> dict[str, bytes]:
+    """CITATION.cff and ro-crate-metadata.json for these files (the crate lists
+    CITATION.cff too; the manifest covers both)."""
+    commit = provenance.git_info(root).get("commit")
+    date = citation.release_date(root)
+    cff = citation.citation(root, commit, date).encode()
+    hashes = {f.as_posix(): sha256_file(root / f) for f in files}
+    sizes = {f.as_posix(): (root / f).stat().st_size for f in files}
+    hashes["CITATION.cff"], sizes["CITATION.cff"] = sha256_bytes(cff), len(cff)
+    import yaml
+
+    crate = citation.crate(hashes, sizes, yaml.safe_load(cff), citation.rom_sha256())
+    return {"CITATION.cff": cff, "ro-crate-metadata.json": crate.encode()}
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _info(name: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = size, 0, 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def check_manifest(directory: Path) -> list[str]:
+    """Files of an unpacked bundle whose SHA-256 does not match its manifest."""
+    directory = Path(directory)
+    manifest = directory / "MANIFEST.sha256"
+    if not manifest.exists():
+        raise InputError(f"{manifest}: not found (not an unpacked reprodqn bundle?)")
+    bad = []
+    for line in manifest.read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        path = directory / name
+        if not path.exists() or sha256_file(path) != digest:
+            bad.append(name)
+    return bad

@@ -1,0 +1,288 @@
+"""The report stage: a study's runs loaded from a workspace, and Table 1, the figures, the
+variance tests and the replicability verdict written to reports/ (markdown with its figures
+inline, one self-contained HTML page, CSV, JSON)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+
+from reprodqn.config.params import GROUP_NAMES
+from reprodqn.core import workspace
+from reprodqn.core.atomic import read_json, write_json, write_text
+from reprodqn.evaluation import blindness
+from reprodqn.report import html
+from reprodqn.report.analysis import (
+    ALPHA,
+    METRICS,
+    PAPER_TABLE1,
+    RunResult,
+    device_statement,
+    group_divergence,
+    table1,
+    variance_tests,
+    verdict,
+)
+from reprodqn.report.figures import divergence_figure, figure1, probe_figure, start_state_figures
+
+
+def load_run(run_dir: Path, eval_dir: Path, group: str, run: int) -> RunResult:
+    result = RunResult(group, run, workspace.read_hashes(run_dir))
+    result.process = workspace.read_process(run_dir)
+    result.probe = blindness.read_probe(eval_dir)
+    result.scores = workspace.eval_scores(eval_dir)
+    result.steps = sorted(result.scores)
+    if (eval_dir / workspace.EVAL_JSON).exists():
+        result.start_states = read_json(eval_dir / workspace.EVAL_JSON, "evaluation record").get(
+            "start_states")
+    if (run_dir / workspace.CONDITIONS).exists():
+        result.conditions = read_json(run_dir / workspace.CONDITIONS, "run conditions")
+    return result
+
+
+def load_study(root: Path, groups, runs_per_group: int) -> dict[str, list[RunResult]]:
+    """Every run of a workspace (or an unpacked bundle): runs/ and evaluations/."""
+    root = Path(root)
+    return {g: [load_run(workspace.run_dir(root / workspace.RUNS, g, r),
+                         workspace.eval_dir(root / workspace.EVALUATIONS, g, r), g, r)
+                for r in range(runs_per_group)] for g in groups}
+
+
+def scale_note(params) -> str:
+    """A warning above Table 1 when the study ran below the paper's scale."""
+    if params.train.steps < 20_000_000 or params.evaluation.episodes < 100:
+        return (f"Reduced scale: {params.train.steps:,} training steps, "
+                f"{params.study.runs_per_group} runs per group, {params.evaluation.episodes} "
+                f"evaluation episodes capped at {params.evaluation.max_frames:,} frames. "
+                "The paper's numbers are for 20M steps, 5 runs, 100 episodes.")
+    return ""
+
+
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "inf" if value == math.inf else f"{value:.2f}"
+
+
+def table1_markdown(table) -> str:
+    groups = list(GROUP_NAMES)
+    lines = ["| metric | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
+    for metric, label in METRICS.items():
+        cells = [f"{_cell(table[metric].get(g))} ({_cell(PAPER_TABLE1[metric][g])})"
+                 for g in groups]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def table1_csv(table) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["metric", "group", "ours", "paper"])
+    for metric in METRICS:
+        for group in GROUP_NAMES:
+            ours = table[metric].get(group)
+            writer.writerow([metric, group, "" if ours is None else repr(ours),
+                             PAPER_TABLE1[metric][group]])
+    return buffer.getvalue()
+
+
+def learning_curves_csv(study) -> str:
+    """One row per checkpoint step, one column per group: the mean over its runs."""
+    curves = {}
+    for group in GROUP_NAMES:
+        runs = [r for r in study.get(group, []) if r.steps]
+        if runs:
+            curves[group] = dict(zip(runs[0].steps, np.mean([r.curve for r in runs], axis=0),
+                                     strict=True))
+    steps = sorted({s for curve in curves.values() for s in curve})
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["step", *curves])
+    for step in steps:
+        writer.writerow([step, *(repr(float(c[step])) if step in c else "" for c in
+                                 curves.values())])
+    return buffer.getvalue()
+
+
+def learning_curves_runs_csv(study) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["group", "run", "step", "mean_score"])
+    for group, runs in study.items():
+        for r in runs:
+            for step, score in zip(r.steps, r.curve, strict=True):
+                writer.writerow([group, r.run, step, repr(float(score))])
+    return buffer.getvalue()
+
+
+def write_report(study, out_dir: Path, scale_note: str = "", audit: dict | None = None,
+                 algorithm: str = "DQN", optimizer: str = "rmsprop") -> dict:
+    out_dir = Path(out_dir)
+    table = table1(study)
+    tests = variance_tests(study)
+    replicability = verdict(study)
+    device = device_statement(study)
+    parting = group_divergence(study)
+    total = max((h[-1]["step"] for runs in study.values() for r in runs
+                 if (h := r.hashes)), default=0)
+    figures = (figure1(study, out_dir) + start_state_figures(study, out_dir)
+               + divergence_figure(parting, total, out_dir) + probe_figure(study, out_dir))
+
+    write_text(out_dir / "table1.csv", table1_csv(table))
+    write_text(out_dir / "table1.md", table1_markdown(table) + "\n")
+    write_text(out_dir / "learning_curves.csv", learning_curves_csv(study))
+    write_text(out_dir / "learning_curves_runs.csv", learning_curves_runs_csv(study))
+    write_json(out_dir / "variance_tests.json", tests)
+    write_json(out_dir / "replicability.json", {**replicability, "device": device})
+    write_json(out_dir / "divergence.json", parting)
+    metrics = {
+        "table1": {g: {m: table[m].get(g) for m in METRICS} for g in GROUP_NAMES
+                   if g in table["best_mean"]},
+        "replicable": replicability.get("replicable"),
+        "deterministic_identical": {k: replicability[k]["identical"]
+                                    for k in ("weights", "losses", "evaluation")
+                                    if k in replicability},
+        "first_divergence_step": {g: {k: (v["step"] if isinstance(v, dict) else v)
+                                      for k, v in d.items() if k != "runs"}
+                                  for g, d in parting.items()},
+    }
+    write_json(out_dir / "metrics.json", metrics)
+    markdown = report_markdown(study, table, tests, replicability, device, scale_note, parting,
+                               audit, algorithm, blindness.report_lines(study, optimizer))
+    write_text(out_dir / "report.md", markdown)
+    write_text(out_dir / "report.html", html.render(markdown, out_dir))
+    return {"metrics": metrics, "figures": [str(p) for p in figures]}
+
+
+def start_states_lines(study) -> list[str]:
+    """Which start states the evaluations used (the environment group uses sticky seeds)."""
+    import json
+
+    from reprodqn.evaluation.start_states import describe
+
+    used = sorted({json.dumps(r.start_states, sort_keys=True) for runs in study.values()
+                   for r in runs if r.start_states})
+    if not used:
+        return ["Start states: none recorded."]
+    return [f"Start states: {describe(json.loads(record))}." for record in used]
+
+
+def divergence_lines(parting: dict[str, dict], device: dict) -> list[str]:
+    """The paper's central finding at any scale: where each group's runs part."""
+    def cell(found) -> str:
+        if found is None:
+            return "never"
+        if isinstance(found, dict):
+            window = (f" (updates {found['updates'][0]:,}–{found['updates'][1]:,})"
+                      if found.get("updates") else "")
+            return f"step {found['step']:,}{window}"
+        return f"step {found:,}"
+
+    lines = ["## Where each source of nondeterminism enters", "",
+             "For each group, the first agent step at which its runs stop being identical to "
+             "its run 0: weights (per checkpoint), loss chain (per process.jsonl record, "
+             "with the updates it covers) and evaluation results (per checkpoint).", "",
+             "| group | runs | weights | loss chain | evaluation |", "|---|---|---|---|---|"]
+    for group in GROUP_NAMES:
+        if group in parting:
+            d = parting[group]
+            lines.append(f"| {group} | {d['runs']} | {cell(d['weights'])} | "
+                         f"{cell(d['losses'])} | {cell(d['evaluation'])} |")
+    if "gpu" in parting and not device["on_gpu"]:
+        lines += ["", "The gpu group cannot part on a CPU: it only allows nondeterministic "
+                  "GPU kernels, and CPU kernels are deterministic at a fixed thread count "
+                  "and instruction-set floor."]
+    return [*lines, "", "![Where each group's runs part](figure_divergence.png)", ""]
+
+
+def report_markdown(study, table, tests, replicability, device, scale_note: str,
+                    parting: dict | None = None, audit: dict | None = None,
+                    algorithm: str = "DQN", probe_lines: list[str] = ()) -> str:
+    runs = sum(1 for runs in study.values() for r in runs if r.steps)
+    lines = [f"# Report: deterministic {algorithm} on Breakout", ""]
+    if scale_note:
+        lines += [f"> {scale_note}", ""]
+    lines += [f"{runs} evaluated runs. {device['text']}", "",
+              "## Table 1", "",
+              "Ours, with the paper's value in parentheses. Best: each run's highest "
+              "checkpoint score; final: its last. Population standard deviations.", "",
+              table1_markdown(table), "",
+              *start_states_lines(study), "",
+              "![Figure 1: mean evaluation score per group](figure1.png)", "",
+              *divergence_lines(parting or {}, device), *probe_lines,
+              "## Replicability (after Chen et al.)", ""]
+    if replicability.get("replicable") is None:
+        lines.append(f"Not assessed: {replicability.get('reason')}.")
+    else:
+        for name, label in (("weights", "weight hash chains"),
+                            ("losses", "loss hash chains (process metrics)"),
+                            ("evaluation", "evaluation results (evaluation metrics)")):
+            entry = replicability[name]
+            if entry["identical"]:
+                lines.append(f"- {label}: identical across all {replicability['runs']} "
+                             "deterministic runs")
+            else:
+                d = entry["first_divergence"]
+                lines.append(f"- {label}: NOT identical; run {d['run']} first diverges from "
+                             f"run 0 at checkpoint step {d['step']}")
+        lines.append("")
+        lines.append("Verdict: **replicable**" if replicability["replicable"] else
+                     "Verdict: **not replicable**")
+    lines += ["", "## Equality of variances between groups", "",
+              f"Two-sided F-test of equal variances (significance at alpha = {ALPHA}, as in "
+              "the paper) and Brown-Forsythe (Levene's test with medians).", "",
+              "| scores | groups | F | p (F) | Brown-Forsythe W | p (BF) | note |",
+              "|---|---|---|---|---|---|---|"]
+    for t in tests:
+        star = " *" if t["significant"] else ""
+        lines.append(f"| {t['scores']} | {t['groups'][0]} vs {t['groups'][1]} | "
+                     f"{_cell(t['f_statistic'])} | {_cell(t['f_p'])}{star} | "
+                     f"{_cell(t['bf_statistic'])} | {_cell(t['bf_p'])} | {t['note']} |")
+    lines += ["", *conditions_lines(study), *audit_lines(audit),
+              "## Figures", "",
+              "![Figure 2: the deterministic agent on start state 0](figure2_start_state.png)",
+              "", "![Figure 4: the deterministic agent on every start state]"
+              "(figure4_start_states.png)", "",
+              "Each figure is also a PDF beside its PNG.", ""]
+    return "\n".join(lines)
+
+
+def conditions_lines(study) -> list[str]:
+    """What the runs ran under, from their conditions records (one line per distinct
+    fingerprint: a study that mixed conditions shows it)."""
+    records = {}
+    for runs in study.values():
+        for r in runs:
+            if r.conditions and r.conditions.get("fingerprint"):
+                records.setdefault(r.conditions["fingerprint"], r.conditions)
+    lines = ["## Conditions", ""]
+    if not records:
+        return [*lines, "No conditions recorded.", ""]
+    lines += ["| fingerprint | device | CPU | floor, threads | Python | torch | ale-py | numpy "
+              "| commit |", "|---|---|---|---|---|---|---|---|---|"]
+    for digest, c in sorted(records.items()):
+        packages = c.get("packages", {})
+        numerics = c.get("numerics", {})
+        commit = (c.get("bundle") or {}).get("commit") or "-"
+        lines.append(f"| `{digest[:12]}` | {c.get('device_name', '?')} | "
+                     f"{c.get('cpu', {}).get('model', '?')} | {numerics.get('cpu_isa', '?')}, "
+                     f"{numerics.get('torch_threads', '?')} | "
+                     f"{c.get('python', {}).get('version', '?')} | {packages.get('torch')} | "
+                     f"{packages.get('ale-py')} | {packages.get('numpy')} | `{commit[:12]}` |")
+    return [*lines, "", "The full records: each run's `conditions.json`, "
+            "`results/conditions.json` and the SBOM `results/sbom.cdx.json`.", ""]
+
+
+
+
+def audit_lines(audit: dict | None) -> list[str]:
+    """The nondeterminism audit's finding (results/audit.json), quoted."""
+    if not audit:
+        return []
+    return ["### Nondeterminism audit", "", audit["summary"].removeprefix("audit: ") + ".",
+            "", "Every op with its documentation and every setting: `results/audit.json` "
+            f"(conditions fingerprint `{str(audit.get('conditions_fingerprint'))[:12]}`).", ""]

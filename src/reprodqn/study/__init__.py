@@ -1,0 +1,4 @@
+"""The study as jobs: the stage jobs of every group and run, the executors that run them
+(local pool, Slurm) and the MLflow tracking of each.
+
+May import: core, determinism, config, dqn, training, evaluation."""

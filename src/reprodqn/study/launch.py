@@ -1,0 +1,139 @@
+"""The executor seam: a study stage is a list of jobs (one `reprodqn` command per group x
+run, with an explicit environment), and an executor runs them and waits.
+
+The local executor runs them as subprocesses in W slots: each job gets its own process
+(a fresh CUDA context, so per-run determinism settings take effect), its slot's CPU core
+or GPU, and an environment that states the numerics settings instead of inheriting them
+by chance. Where a job runs never changes its result: the thread count is a param, and
+the device is part of the conditions fingerprint.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reprodqn.core import run_lock
+from reprodqn.core.errors import InputError
+from reprodqn.core.progress import format_duration
+from reprodqn.core.workers import visible_gpus
+from reprodqn.determinism import isa
+
+# passed to every job explicitly; anything else a job needs comes from its params
+JOB_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONHASHSEED",
+                   "CUBLAS_WORKSPACE_CONFIG", *isa.KNOBS, "MLFLOW_TRACKING_URI",
+                   "REPRODQN_MLFLOW_EXPERIMENT", "REPRODQN_TRACKING", "REPRODQN_IMAGE",
+                   "REPRODQN_IMAGE_DIGEST", "VIRTUAL_ENV", "DVC_ROOT", "PYTHONPATH")
+
+
+@dataclass
+class Job:
+    name: str                # "deterministic/0"
+    argv: list[str]          # arguments after `reprodqn`
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class JobResult:
+    job: Job
+    returncode: int
+    seconds: float
+    log: Path | None = None
+
+
+def job_environment(threads: int) -> dict[str, str]:
+    """The environment every job starts from: numerics settings stated, not inherited."""
+    env = {name: os.environ[name] for name in JOB_ENVIRONMENT if name in os.environ}
+    env.setdefault("PYTHONHASHSEED", "0")
+    env.setdefault("CUBLAS_WORKSPACE_CONFIG", isa.CUBLAS_WORKSPACE)
+    env.update(dict.fromkeys(isa.THREAD_ENV, str(threads)))
+    env["PYTHONUNBUFFERED"] = "1"
+    # a job meeting a run another process writes waits for it, then skips or resumes
+    env.setdefault(run_lock.WAIT_ENV, os.environ.get(run_lock.WAIT_ENV,
+                                                     str(run_lock.EXECUTOR_WAIT)))
+    return env
+
+
+class LocalExecutor:
+    """Runs jobs as subprocesses, `workers` at a time, each pinned to its slot's core/GPU."""
+
+    def __init__(self, workers: int, log_dir: Path | None = None):
+        self.workers = workers
+        self.log_dir = log_dir
+        self.gpus = visible_gpus()
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.cores = cores
+
+    def _slot_env(self, slot: int, env: dict[str, str]) -> dict[str, str]:
+        env = dict(env)
+        if self.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpus[slot % len(self.gpus)]
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    def _argv(self, slot: int, job: Job) -> list[str]:
+        argv = [sys.executable, "-m", "reprodqn.cli", *job.argv]
+        if self.cores and self.workers <= len(self.cores):
+            share = len(self.cores) // self.workers
+            cores = self.cores[slot * share:(slot + 1) * share]
+            argv = ["taskset", "-c", ",".join(map(str, cores)), *argv]
+        return argv
+
+    def run(self, jobs: Sequence[Job], label: str,
+            monitor: Callable[[], None] | None = None) -> list[JobResult]:
+        pending = list(jobs)
+        running: dict[int, tuple[subprocess.Popen, Job, float, Path | None]] = {}
+        results: list[JobResult] = []
+        start = time.monotonic()
+        total = len(jobs)
+        print(f"{label}: {total} jobs, {self.workers} workers"
+              + (f" on GPUs {','.join(self.gpus)}" if self.gpus else " on the CPU"),
+              file=sys.stderr, flush=True)
+        while pending or running:
+            for slot in range(self.workers):
+                if slot not in running and pending:
+                    job = pending.pop(0)
+                    log = None
+                    stdout = None
+                    if self.log_dir is not None:
+                        log = self.log_dir / (job.name.replace("/", "-") + ".log")
+                        log.parent.mkdir(parents=True, exist_ok=True)
+                        stdout = open(log, "w")  # noqa: SIM115 -- closed when the job ends
+                    process = subprocess.Popen(self._argv(slot, job),
+                                               env=self._slot_env(slot, job.env),
+                                               stdout=stdout, stderr=subprocess.STDOUT
+                                               if stdout else None)
+                    if stdout:
+                        stdout.close()
+                    running[slot] = (process, job, time.monotonic(), log)
+            time.sleep(0.2)
+            if monitor is not None:  # progress lines of the running jobs, by time
+                monitor()
+            for slot, (process, job, began, log) in list(running.items()):
+                if process.poll() is None:
+                    continue
+                del running[slot]
+                results.append(JobResult(job, process.returncode, time.monotonic() - began, log))
+                done = len(results)
+                elapsed = time.monotonic() - start
+                rate = done / elapsed
+                eta = format_duration((total - done) / rate) if rate else "?"
+                state = "done" if process.returncode == 0 else f"FAILED ({process.returncode})"
+                print(f"{label}: {job.name} {state}; {done}/{total} jobs, "
+                      f"{rate * 3600:.1f} jobs/h, ETA {eta}", file=sys.stderr, flush=True)
+        return results
+
+
+def check(results: list[JobResult], label: str) -> None:
+    """One line naming every failed job (and its log), then a non-zero exit."""
+    failed = [r for r in results if r.returncode != 0]
+    if failed:
+        names = ", ".join(f"{r.job.name}" + (f" (log {r.log})" if r.log else "")
+                          for r in failed)
+        raise InputError(f"{label}: {len(failed)} of {len(results)} jobs failed: {names}")

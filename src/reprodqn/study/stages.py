@@ -1,0 +1,104 @@
+"""A study stage (train or evaluate): one `reprodqn` job per group x run, without the runs
+already finished, handed to the local pool or to Slurm, and waited for."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from reprodqn.core import workspace
+from reprodqn.core.errors import InputError
+from reprodqn.core.progress import StudyProgress
+from reprodqn.core.workers import default_workers
+from reprodqn.study import mlflow_store, slurm, tracking
+from reprodqn.study.launch import Job, LocalExecutor, check, job_environment
+
+
+def study_jobs(params, stage: str, params_argv: list[str], runs: Path,
+               evaluations: Path) -> list[Job]:
+    """The stage's jobs, without the runs already finished with these params and
+    conditions (the job itself re-checks the conditions fingerprint)."""
+    from reprodqn.config.params import resolve_run
+
+    fingerprint = workspace.current_fingerprint()
+    jobs = []
+    for group in params.study.groups:
+        for run in range(params.study.runs_per_group):
+            config = resolve_run(params, group, run)
+            argv = [stage, "--group", group, "--run", str(run), *params_argv,
+                    "--runs-dir", str(runs.resolve())]
+            if stage == "train":
+                if workspace.is_finished(workspace.run_dir(runs, group, run), config.digest(),
+                                         fingerprint):
+                    continue
+                argv += ["--restart", "--track"]
+            else:
+                argv += ["--evaluations-dir", str(evaluations.resolve()), "--workers", "1",
+                         "--track"]
+            jobs.append(Job(f"{group}/{run}", argv, job_environment(params.compute.threads)))
+    return jobs
+
+
+def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluations: Path,
+              make_executor: Callable[[], object]) -> None:
+    """Run every unfinished job of the stage and wait; one line names any that failed."""
+    label = f"study {stage}"
+    jobs = study_jobs(params, stage, params_argv, runs, evaluations)
+    total = len(params.study.groups) * params.study.runs_per_group
+    if len(jobs) < total:
+        print(f"{label}: {total - len(jobs)} of {total} runs already finished with these "
+              "params and conditions", file=sys.stderr)
+    if not jobs:
+        return
+    executor = make_executor()
+    parent = None
+    if mlflow_store.enabled():  # the store's schema and the study run, once, before any job
+        parent = tracking.study_run(params, workspace.current_fingerprint())
+        for job in jobs:  # every job reaches the same store and nests under the study run
+            job.env["MLFLOW_TRACKING_URI"] = mlflow_store.tracking_uri()
+            job.env["REPRODQN_MLFLOW_EXPERIMENT"] = mlflow_store.experiment_name()
+            job.env[mlflow_store.PARENT_ENV] = parent
+    monitor = None
+    if stage == "train":  # per run and overall, from each run's progress.json
+        records = {job.name: workspace.run_dir(runs, *job.name.split("/")) /
+                   workspace.PROGRESS_RECORD for job in jobs}
+        for path in records.values():  # a line left by an earlier attempt is stale
+            path.unlink(missing_ok=True)
+        workers = getattr(executor, "workers", None) or len(jobs)
+        monitor = StudyProgress(label, records, workers).poll
+    try:
+        check(executor.run(jobs, label, monitor), label)
+    finally:
+        if parent is not None:
+            tracking.finish_study_run(parent)
+
+
+def make_executor(name: str, workers: int | None, threads: int, launcher_config: Path | None,
+                  resume_every: int | None, runs: Path, entry: Callable[[list[str]], int]):
+    """The local pool, or Slurm: a launch setting (flag, environment, launcher.yaml), never a
+    param, so switching never reruns anything or changes a result."""
+    if name == "local":
+        return LocalExecutor(workers or default_workers(threads))
+    if name != "slurm":
+        raise InputError(f"--launcher {name}: expected local or slurm")
+    config = launcher_config or (Path("launcher.yaml") if Path("launcher.yaml").exists()
+                                 else None)
+    executor = slurm.SlurmExecutor(slurm.load_launcher_settings(config), threads, Path.cwd(),
+                                   entry)
+    executor.check(resume_every, measured_speed(runs))
+    return executor
+
+
+def measured_speed(runs: Path) -> float | None:
+    """Median training speed recorded by earlier runs (for Slurm's time-limit check)."""
+    speeds = []
+    for path in Path(runs).glob("*/*/process.jsonl"):
+        for line in path.read_text().splitlines()[-5:]:
+            try:
+                speeds.append(float(json.loads(line)["steps_per_second"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return statistics.median(speeds) if speeds else None

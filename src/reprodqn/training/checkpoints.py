@@ -1,0 +1,76 @@
+"""Weight checkpoints: safetensors files (data, never code) that carry their own hash.
+
+The weights hash is SHA-256 over the tensors in name order (name, dtype, shape, bytes), so
+it identifies the weights whatever file they travel in; it is the hash in hashes.jsonl.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save
+
+from reprodqn.core.atomic import atomic_open
+from reprodqn.core.errors import InputError
+
+
+def weights_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        header = json.dumps([name, str(tensor.dtype), list(tensor.shape)])
+        digest.update(header.encode())
+        digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def cpu_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: t.detach().cpu().clone() for name, t in module.state_dict().items()}
+
+
+def save_weights(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
+    """Write a checkpoint atomically; returns its weights hash (also stored inside it)."""
+    digest = weights_sha256(tensors)
+    meta = {**{k: str(v) for k, v in metadata.items()}, "weights_sha256": digest}
+    data = save({k: v.contiguous() for k, v in tensors.items()}, metadata=meta)
+    with atomic_open(path, "wb") as handle:
+        handle.write(data)
+    return digest
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return dict(handle.metadata() or {})
+    except FileNotFoundError:
+        raise InputError(f"{path}: checkpoint not found") from None
+    except (SafetensorError, OSError, ValueError):
+        raise InputError(f"{path}: not a readable safetensors checkpoint (corrupted?)") from None
+
+
+def load_weights(path: Path, expected_sha256: str | None = None):
+    """Tensors and metadata of a checkpoint, after checking the weights against the hash it
+    carries and, if given, the hash recorded elsewhere (hashes.jsonl, selected.json)."""
+    path = Path(path)
+    metadata = read_metadata(path)
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError):
+        raise InputError(f"{path}: not a readable safetensors checkpoint (corrupted?)") from None
+    actual = weights_sha256(tensors)
+    recorded = metadata.get("weights_sha256")
+    if recorded is None:
+        raise InputError(f"{path}: checkpoint carries no weights_sha256 (not written by reprodqn)")
+    if actual != recorded:
+        raise InputError(f"{path}: weights hash {actual[:12]} does not match its recorded "
+                         f"{recorded[:12]} (corrupted)")
+    if expected_sha256 is not None and actual != expected_sha256:
+        raise InputError(f"{path}: weights hash {actual[:12]} does not match the expected "
+                         f"{expected_sha256[:12]}")
+    return tensors, metadata

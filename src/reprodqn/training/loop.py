@@ -1,0 +1,348 @@
+"""The training loop of one run, its checkpoints and hash chain, and exact resume.
+
+`train()` is a generator: it writes the run's files and yields events (process records,
+checkpoints, resume points) so progress printing and experiment tracking stay outside it.
+
+A run directory holds:
+  config.json        the resolved run config and its digest
+  determinism.json   the numerics settings applied
+  checkpoints/       step-NNNNNNNNN.safetensors, one per checkpoint interval (and step 0)
+  hashes.jsonl       per checkpoint: step, weights SHA-256, loss-chain SHA-256, updates
+  process.jsonl      loss, epsilon, game scores, steps/s every log_every steps
+  resume/            the latest resume point and latest.json naming it with file hashes
+  complete.json      written last; a run with it is finished
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from reprodqn.config.params import RunConfig
+from reprodqn.core import run_lock, storage, workspace
+from reprodqn.core.atomic import append_line, truncate, write_json
+from reprodqn.core.errors import InputError
+from reprodqn.core.events import (
+    CheckpointWritten,
+    Finished,
+    ProcessRecord,
+    ResumePointWritten,
+    Started,
+    Stepped,
+)
+from reprodqn.determinism import numerics, provenance
+from reprodqn.determinism.rng import TRAINING_STREAMS, Streams, torch_generator
+from reprodqn.dqn.agent import make_agent
+from reprodqn.dqn.prioritized_replay import PrioritizedReplay, check_memory
+from reprodqn.dqn.replay import ReplayMemory
+from reprodqn.training import resume
+from reprodqn.training.atari import FrameHistory, TrainingEnv
+from reprodqn.training.checkpoints import cpu_weights, save_weights
+
+EMPTY_CHAIN = "0" * 64
+
+
+# ---------------------------------------------------------------------------------------------
+# Small pieces
+
+
+def chain_losses(chain: str, losses: np.ndarray) -> str:
+    """Extend the loss hash chain: h_k = SHA-256(h_{k-1} || float32 loss_k)."""
+    state = bytes.fromhex(chain)
+    for value in losses.astype(np.float32, copy=False):
+        state = hashlib.sha256(state + struct.pack("<f", value)).digest()
+    return state.hex()
+
+
+def build_replay(config: RunConfig) -> ReplayMemory | PrioritizedReplay:
+    """The authors' uniform replay, with n-step returns when agent.n_step > 1, wrapped in
+    proportional prioritized sampling when replay.prioritized."""
+    env_cfg = config.env
+    if config.replay.prioritized:  # before anything is allocated
+        check_memory(config.replay.capacity, env_cfg.screen_size)
+    memory = ReplayMemory(config.replay.capacity, env_cfg.history_length, env_cfg.screen_size,
+                          config.replay.episode_time_wraps, config.agent.n_step,
+                          config.agent.discount)
+    return PrioritizedReplay(memory, config.priority) if config.replay.prioritized else memory
+
+
+@dataclass
+class _Accumulators:
+    """Process metrics gathered since the last process.jsonl line."""
+
+    loss_sum: float = 0.0
+    loss_count: int = 0
+    game_scores: list = field(default_factory=list)
+    episodes: int = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+class Run:
+    """All state of one training run, composed from parts that each save and restore."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, device: torch.device):
+        self.config = config
+        self.dir = run_dir
+        env_cfg = config.env
+        seeds = config.seeds.model_dump()
+        self.streams = Streams({name: seeds[name] for name in TRAINING_STREAMS},
+                               config.seeds.generator)
+        sticky = self.streams["sticky"] if env_cfg.sticky_p > 0 else None
+        self.env = TrainingEnv(env_cfg, sticky, self.streams["noop"])
+        self.history = FrameHistory(env_cfg.history_length, env_cfg.screen_size)
+        self.replay = build_replay(config)
+        self.agent = make_agent(
+            config.agent, n_actions=self.env.n_actions, history_length=env_cfg.history_length,
+            screen_size=env_cfg.screen_size, device=device,
+            init_generator=torch_generator(seeds["init"]),
+            learning_starts=config.replay.learning_starts, reward_clip=env_cfg.reward_clip,
+            priority_config=config.priority if config.replay.prioritized else None)
+        self.step = 0
+        self.updates = 0
+        self.loss_chain = EMPTY_CHAIN
+        self.pending_losses: list[torch.Tensor] = []
+        self.episode_step = 0  # the authors' time_since_term: steps since the episode began
+        self.game_score = 0
+        self.acc = _Accumulators()
+        self.history.reset(self.env.begin_episode())
+
+    # -- one agent step ----------------------------------------------------------------------
+    def advance(self) -> None:
+        """One agent step in the authors' order (dqn/train.py ~93-137): act, store the
+        transition, end the episode if it ended (or at an evaluation point), learn."""
+        action = self.agent.act(self.history.frames, self.streams["exploration"])
+        frame, reward, terminal, truncated, game_over = self.env.step(action)
+        self.game_score += reward
+        self.replay.add(frame, action, self.agent.clip_reward(reward), terminal,
+                        self.episode_step)
+        self.episode_step += 1
+        cut = self.evaluation_cut(self.step)
+        if terminal or truncated or cut:
+            if cut:  # their evaluation ran here, then reset_game() (stored: not terminal)
+                self.env.end_game()
+            self.acc.episodes += 1
+            if game_over or truncated or cut:
+                self.acc.game_scores.append(self.game_score)
+                self.game_score = 0
+            self.history.reset(self.env.begin_episode())
+            self.episode_step = 0
+        else:
+            self.history.push(frame)
+        loss = self.agent.learn(self.step, self.replay, self.streams["minibatch"])
+        if loss is not None:
+            self.pending_losses.append(loss)
+            self.updates += 1
+        self.step += 1
+
+    def evaluation_cut(self, step: int) -> bool:
+        """The authors evaluate inside training at every evaluation point after learning
+        starts, then reset the game, ending the training episode (dqn/train.py ~122-127)."""
+        return (self.config.train.end_episode_at_evaluation
+                and step > self.config.replay.learning_starts
+                and step % self.config.train.checkpoint_every == 0)
+
+    def flush_losses(self) -> None:
+        """Fold pending losses into the chain (batched so CUDA syncs once per flush)."""
+        if self.pending_losses:
+            losses = torch.stack(self.pending_losses).cpu().numpy()
+            self.pending_losses.clear()
+            self.loss_chain = chain_losses(self.loss_chain, losses)
+            self.acc.loss_sum += float(losses.astype(np.float64).sum())
+            self.acc.loss_count += len(losses)
+
+    # -- exact resume: the parts' states, composed -------------------------------------------
+    def get_state(self) -> dict:
+        self.flush_losses()
+        counters = {"step": self.step, "updates": self.updates, "loss_chain": self.loss_chain,
+                    "episode_step": self.episode_step, "game_score": self.game_score,
+                    "accumulators": self.acc.__dict__}
+        return {"config_digest": self.config.digest(),
+                "experiment_digest": self.config.experiment_digest(), "run": counters,
+                "streams": self.streams.get_state(), "env": self.env.get_state(),
+                "history": self.history.get_state(), "replay": self.replay.get_state(),
+                "agent": self.agent.get_state()}
+
+    def set_state(self, state: dict) -> None:
+        counters = state["run"]
+        self.step = int(counters["step"])
+        self.updates = int(counters["updates"])
+        self.loss_chain = counters["loss_chain"]
+        self.episode_step = int(counters["episode_step"])
+        self.game_score = int(counters["game_score"])
+        self.acc = _Accumulators(**counters["accumulators"])
+        self.streams.set_state(state["streams"])
+        self.env.set_state(state["env"])
+        self.history.set_state(state["history"])
+        self.replay.set_state(state["replay"])
+        self.agent.set_state(state["agent"])
+
+    def save_resume_point(self, log_offsets: dict[str, int]) -> None:
+        resume.save(self.dir / "resume", self.step, {**self.get_state(),
+                                                     "log_offsets": log_offsets})
+
+    def load_resume_point(self) -> dict[str, int] | None:
+        """Restore from the latest resume point; returns its log offsets, or None."""
+        point = resume.load(self.dir / "resume", self.agent.device)
+        if point is None:
+            return None
+        if point.state["config_digest"] != self.config.digest():
+            raise InputError(f"{point.path}: resume point was written with different params")
+        self.set_state(point.state)
+        return point.state["log_offsets"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+
+
+LOGS = workspace.RUN_LOGS
+STEPPED_EVERY = 100  # agent steps between Stepped events: well under a second at any rate
+
+
+def prepare_run_dir(config: RunConfig, run_dir: Path, restart: bool,
+                    fingerprint: str) -> None:
+    """Check an existing run directory belongs to these params and these experimental
+    conditions (or discard it on request): results never mix either."""
+    stale = workspace.stale_reason(run_dir, config.digest(), fingerprint)
+    if stale and not restart:
+        raise InputError(f"{run_dir}: holds a run trained with {stale}; rerun with "
+                         "--restart to discard it")
+    if stale or (restart and not (run_dir / workspace.RUN_CONFIG).exists() and run_dir.exists()):
+        for child in run_dir.iterdir():  # all but the lock this process holds
+            if child.name != run_lock.LOCK_NAME:
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / workspace.RUN_CONFIG, {"digest": config.digest(),
+                                                "fingerprint": fingerprint,
+                                                "config": config.model_dump(mode="json")})
+
+
+def train(config: RunConfig, run_dir: Path, restart: bool = False,
+          until: int | None = None) -> Iterator[object]:
+    """Train one run to completion, resuming from its last resume point if there is one.
+    With `until`, stop after that step and leave a resume point there instead (a spot-check
+    of a shipped run, or a resume point to ship). The run's lock is held throughout: a
+    second writer is refused, or an executor's job waits (run_lock)."""
+    run_dir = Path(run_dir)
+    what = f"train {config.group}/{config.run}"
+    with run_lock.hold(run_dir, what, run_lock.wait_from_env()), storage.failures(
+            what, run_dir, lambda: resume.kept_point(run_dir / "resume")):
+        yield from _train(config, run_dir, restart, until)
+
+
+def _train(config: RunConfig, run_dir: Path, restart: bool,
+           until: int | None) -> Iterator[object]:
+    device, applied = numerics.configure(config.compute.device, config.compute.threads,
+                                            config.compute.deterministic_gpu)
+    conditions = provenance.collect(config.compute)
+    prepare_run_dir(config, run_dir, restart, conditions["fingerprint"])
+    if (run_dir / workspace.COMPLETE).exists():
+        yield Finished(step=config.train.steps, already=True)
+        return
+    write_json(run_dir / workspace.DETERMINISM, applied)
+    write_json(run_dir / workspace.CONDITIONS, conditions)
+    run = Run(config, run_dir, device)
+    if config.train.resume_every < config.train.steps:
+        storage.require_room(f"train {config.group}/{config.run}", run_dir,
+                             resume_point_bytes(run), "a resume point")
+    offsets = run.load_resume_point()
+    if offsets is None:  # a fresh start: drop anything a killed first attempt left behind
+        for name in LOGS:
+            (run_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        offsets = {name: 0 for name in LOGS}
+    for name in LOGS:
+        truncate(run_dir / name, offsets[name])
+    yield Started(step=run.step, total=config.train.steps, resumed=run.step > 0,
+                  learning_starts=config.replay.learning_starts)
+
+    tcfg = config.train
+    end = tcfg.steps if until is None else min(until, tcfg.steps)
+    if run.step > end:
+        raise InputError(f"{run_dir}: its resume point is at step {run.step}, past {end}")
+    if run.step == 0:
+        yield _checkpoint(run)
+    last_time, last_step = time.monotonic(), run.step
+    while run.step < end:
+        run.advance()
+        step = run.step
+        if step % tcfg.log_every == 0 or step == tcfg.steps:
+            run.flush_losses()
+            now = time.monotonic()
+            rate = (step - last_step) / max(now - last_time, 1e-9)
+            last_time, last_step = now, step
+            yield _process_record(run, rate)
+        if step % tcfg.checkpoint_every == 0 or step == tcfg.steps:
+            yield _checkpoint(run)
+        if step % STEPPED_EVERY == 0:
+            yield Stepped(step)
+        if step % tcfg.resume_every == 0 and step < tcfg.steps:
+            run.save_resume_point(_log_offsets(run_dir))
+            yield ResumePointWritten(step)
+    if run.step < tcfg.steps:  # stopped at `until`
+        if run.step == 0 or run.step % tcfg.resume_every:
+            run.save_resume_point(_log_offsets(run_dir))
+            yield ResumePointWritten(run.step)
+        return
+    write_json(run_dir / workspace.COMPLETE,
+               {"step": run.step, "updates": run.updates, "loss_chain_sha256": run.loss_chain})
+    shutil.rmtree(run_dir / "resume", ignore_errors=True)
+    yield Finished(step=run.step)
+
+
+def resume_point_bytes(run: Run) -> int:
+    """About what one resume point writes: the replay memory's arrays (7.06 GB at 1M) and
+    the learner's tensors (weights, target, optimizer state)."""
+    arrays = sum(a.nbytes for a in vars(run.replay).values() if isinstance(a, np.ndarray))
+    tensors = sum(p.numel() * p.element_size() for p in run.agent.online.parameters())
+    return arrays + 4 * tensors
+
+
+def _log_offsets(run_dir: Path) -> dict[str, int]:
+    """Each log's length now (0 before its first line: a resume point can precede it)."""
+    return {name: (run_dir / name).stat().st_size if (run_dir / name).exists() else 0
+            for name in LOGS}
+
+
+def _process_record(run: Run, rate: float) -> ProcessRecord:
+    acc = run.acc
+    record = {
+        "step": run.step,
+        "updates": run.updates,
+        "loss": acc.loss_sum / acc.loss_count if acc.loss_count else None,
+        "loss_chain_sha256": run.loss_chain,  # where two runs' losses part, to log_every
+        "epsilon": run.agent.epsilon.value,
+        "episodes": acc.episodes,
+        "game_scores": acc.game_scores,
+        "steps_per_second": round(rate, 2),
+    }
+    append_line(run.dir / workspace.PROCESS, json.dumps(record))
+    run.acc = _Accumulators()
+    return ProcessRecord(run.step, record)
+
+
+def _checkpoint(run: Run) -> CheckpointWritten:
+    run.flush_losses()
+    path = workspace.checkpoint_path(run.dir, run.step)
+    digest = save_weights(path, cpu_weights(run.agent.online), {
+        "step": run.step, "network": run.config.agent.network,
+        "n_actions": run.env.n_actions, "history_length": run.config.env.history_length,
+        "screen_size": run.config.env.screen_size,
+        **({"dueling": True} if run.config.agent.dueling else {}),  # default: as before
+    })
+    line = {"step": run.step, "weights_sha256": digest, "loss_chain_sha256": run.loss_chain,
+            "updates": run.updates}
+    append_line(run.dir / workspace.HASHES, json.dumps(line, sort_keys=True))
+    return CheckpointWritten(run.step, digest, run.loss_chain, run.updates, path)

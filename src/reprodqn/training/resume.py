@@ -1,0 +1,130 @@
+"""Resume points: a training run's whole state, composed from its parts' own states.
+
+Each part (streams, emulator, frame history, replay memory, learner, counters) gives its
+state as a tree of JSON values, numpy arrays, bytes and torch tensors. A point is one
+directory: arrays in .npy files (the replay memory is gigabytes, read back memory-mapped),
+tensors in one safetensors file, everything else in state.json. resume/latest.json names
+the point with every file's SHA-256 and is replaced atomically only after the directory is
+complete, so a SIGKILL at any moment leaves the previous point intact.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file as load_tensors
+from safetensors.torch import save_file as save_tensors
+
+from reprodqn.core import workspace
+from reprodqn.core.atomic import fsync_dir, read_json, write_json
+from reprodqn.core.digests import sha256_file
+from reprodqn.core.errors import InputError
+
+TENSORS = "learner.safetensors"
+ARRAY, BYTES, TENSOR = "__npy__", "__base64__", "__tensor__"  # what state.json points at
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    path: Path
+    state: dict
+
+
+def save(resume_dir: Path, step: int, state: dict) -> None:
+    """Write the point for `step`, then make it the latest; older points are removed."""
+    name = f"step-{step:09d}"
+    target, staging = resume_dir / name, resume_dir / f".{name}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        files = _write_point(staging, state)
+    except BaseException:  # a full disk, a kill: no half-written point is left behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    fsync_dir(resume_dir)
+    write_json(resume_dir / workspace.RESUME_INDEX,
+               {"step": step, "directory": name, "files": files})
+    for old in resume_dir.iterdir():
+        if old.is_dir() and old.name != name:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_point(staging: Path, state: dict) -> dict[str, str]:
+    """The point's files in `staging`, synced; their SHA-256 by name."""
+    tensors: dict[str, torch.Tensor] = {}
+    encoded = _encode(state, "", staging, tensors)
+    save_tensors(tensors, str(staging / TENSORS))
+    (staging / "state.json").write_text(json.dumps(encoded, sort_keys=True))
+    files = {}
+    for path in sorted(staging.iterdir()):
+        with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
+        files[path.name] = sha256_file(path)
+    fsync_dir(staging)
+    return files
+
+
+def kept_point(resume_dir: Path) -> str:
+    """What a failed run keeps, in words: its last good resume point, if any."""
+    try:
+        step = workspace.latest_resume_step(resume_dir)
+    except InputError:
+        step = None
+    if step is None:
+        return "no resume point yet, so the run starts again from step 0"
+    return f"the last good resume point (step {step:,}) is intact"
+
+
+def load(resume_dir: Path, device: torch.device) -> ResumePoint | None:
+    """The latest point, every file checked against its recorded hash; None if there is
+    none. Arrays come back memory-mapped: the parts copy them into their own buffers."""
+    latest_path = resume_dir / workspace.RESUME_INDEX
+    if not latest_path.exists():
+        return None
+    latest = read_json(latest_path, "resume point index")
+    point = resume_dir / str(latest.get("directory", ""))
+    for name, expected in latest.get("files", {}).items():
+        path = point / name
+        if not path.exists():
+            raise InputError(f"{path}: missing from the resume point")
+        if sha256_file(path) != expected:
+            raise InputError(f"{path}: SHA-256 does not match {latest_path} (corrupted)")
+    tensors = load_tensors(str(point / TENSORS), device=str(device))
+    return ResumePoint(point, _decode(read_json(point / "state.json", "resume state"), point,
+                                      tensors))
+
+
+def _encode(value, path: str, directory: Path, tensors: dict):
+    if isinstance(value, dict):
+        return {key: _encode(item, f"{path}.{key}" if path else key, directory, tensors)
+                for key, item in value.items()}
+    if isinstance(value, torch.Tensor):
+        tensors[path] = value.detach().cpu().contiguous()
+        return {TENSOR: path}
+    if isinstance(value, np.ndarray):
+        np.save(directory / f"{path}.npy", value, allow_pickle=False)
+        return {ARRAY: f"{path}.npy"}
+    if isinstance(value, bytes):
+        return {BYTES: base64.b64encode(value).decode()}
+    return value
+
+
+def _decode(value, directory: Path, tensors: dict):
+    if isinstance(value, dict):
+        if TENSOR in value:
+            return tensors[value[TENSOR]]
+        if ARRAY in value:
+            return np.load(directory / value[ARRAY], mmap_mode="r", allow_pickle=False)
+        if BYTES in value:
+            return base64.b64decode(value[BYTES])
+        return {key: _decode(item, directory, tensors) for key, item in value.items()}
+    return value

@@ -1,0 +1,135 @@
+"""Conditions record the machine; the fingerprint tracks only what changes numbers; the SBOM
+is reproducible; a run trained under other conditions is never resumed or reused."""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from reprodqn.config.params import load_params
+from reprodqn.core.errors import InputError
+from reprodqn.determinism import provenance
+from tests.helpers import PARAMS, TINY, cli_env, train_tiny
+
+
+@pytest.fixture(scope="module")
+def conditions():
+    return provenance.collect(load_params(PARAMS).compute)
+
+
+def test_conditions_record_what_the_paper_lists(conditions):
+    assert conditions["device"] in ("cpu", "cuda:0")
+    cpu = conditions["cpu"]
+    assert cpu["model"] and cpu["logical_cores"] >= 1 and cpu["architecture"]
+    assert set(cpu["isa_flags"]) <= set(cpu["all_flags"])
+    assert conditions["memory_bytes"] > 0 and conditions["os"]["kernel"]
+    gpu = conditions["gpu"]
+    assert "present" in gpu and (gpu["present"] or "no CUDA device" in gpu["note"])
+    for name in ("torch", "numpy", "ale-py", "opencv-python-headless"):
+        assert conditions["packages"][name], name
+    # gymnasium is recorded when present; the package drives ALEInterface directly (atari.py)
+    try:
+        gymnasium = importlib.metadata.version("gymnasium")
+    except importlib.metadata.PackageNotFoundError:
+        gymnasium = None
+    assert conditions["packages"]["gymnasium"] == gymnasium
+    assert conditions["python"]["version"].startswith("3.11")
+    assert conditions["numerics"]["torch_threads"] == 1
+    assert "CUBLAS_WORKSPACE_CONFIG" in conditions["numerics"]["environment"]
+    assert {"inside_container", "engine", "image_digest", "torch_build"} <= \
+        set(conditions["container"])
+    assert "commit" in conditions["bundle"]
+    assert conditions["fingerprint"] == provenance.fingerprint(conditions)
+
+
+@pytest.mark.parametrize("path, value, changes", [
+    (("packages", "torch"), "2.14.0", True),
+    (("packages", "ale-py"), "0.13.0", True),
+    (("device_name",), "NVIDIA GeForce GTX 1080", True),
+    (("gpu", "driver"), "384.111", True),
+    (("numerics", "cpu_isa"), "native", True),
+    (("numerics", "torch_threads"), 4, True),
+    (("numerics", "environment", "ONEDNN_MAX_CPU_ISA"), "AVX2", True),
+    (("python", "version"), "3.11.9", True),
+    (("packages", "mlflow"), "9.9.9", False),
+    (("memory_bytes",), 1, False),
+    (("os", "kernel"), "5.15", False),
+    (("bundle", "commit"), "0" * 40, False),
+    (("cpu", "model"), "another CPU with the same instruction sets", False),
+    (("container", "image_digest"), "sha256:" + "1" * 64, False),
+    (("container", "torch_build"), "cuda", False),  # the torch package version says it
+])
+def test_fingerprint_tracks_only_conditions_that_change_numbers(conditions, path, value,
+                                                               changes):
+    other = copy.deepcopy(conditions)
+    node = other
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    assert (provenance.fingerprint(other) != conditions["fingerprint"]) == changes
+    assert ".".join(path) in provenance.differences(other, conditions)
+
+
+def test_a_pinned_floor_replaces_the_machines_own_instruction_sets(conditions):
+    """Pinned: two machines at or above the floor share a fingerprint; native: they don't."""
+    assert conditions["numerics"]["cpu_isa"] == "avx2"
+    older = copy.deepcopy(conditions)
+    older["cpu"]["isa_flags"] = ["avx", "avx2", "fma", "sse4_1", "sse4_2"]
+    older["cpu"]["torch_cpu_capability"] = "AVX2"
+    assert provenance.fingerprint(older) == conditions["fingerprint"]
+    newer = copy.deepcopy(conditions)
+    for record in (older, newer):
+        record["numerics"]["cpu_isa"] = "native"
+    assert provenance.fingerprint(older) != provenance.fingerprint(newer)
+
+
+def test_conditions_stage_writes_records_and_a_reproducible_sbom(tmp_path):
+    outputs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        subprocess.run([sys.executable, "-m", "reprodqn.cli", "conditions", "--params",
+                        str(PARAMS), "--out-dir", str(out)], check=True, env=cli_env(),
+                       capture_output=True)
+        outputs.append(out)
+    a, b = outputs
+    assert (a / "sbom.cdx.json").read_bytes() == (b / "sbom.cdx.json").read_bytes()
+    assert (a / "fingerprint.json").read_bytes() == (b / "fingerprint.json").read_bytes()
+    sbom = json.loads((a / "sbom.cdx.json").read_text())
+    assert sbom["bomFormat"] == "CycloneDX" and "serialNumber" not in sbom
+    assert "timestamp" not in sbom["metadata"]
+    versions = {c["name"]: c.get("version") for c in sbom["components"]}
+    assert versions["torch"].startswith("2.13.0") and versions["numpy"] and versions["mlflow"]
+    assert "file:" not in (a / "sbom.cdx.json").read_text()
+    assert not any(c["bom-ref"].startswith("BomRef.") for c in sbom["components"])
+    record = json.loads((a / "fingerprint.json").read_text())
+    assert record["fingerprint"] == json.loads((a / "conditions.json").read_text())[
+        "fingerprint"]
+
+
+def test_a_run_from_other_conditions_is_refused_then_retrained(tmp_path):
+    params = load_params(PARAMS, [*TINY, "train.steps=200"])
+    run_dir = tmp_path / "run"
+    chain = train_tiny(params, run_dir)
+    config_path = run_dir / "config.json"
+    record = json.loads(config_path.read_text())
+    record["fingerprint"] = "f" * 64  # as if trained on another machine
+    config_path.write_text(json.dumps(record))
+    backup = tmp_path / "backup"
+    shutil.copytree(run_dir, backup)
+    with pytest.raises(InputError, match="different experimental conditions"):
+        train_tiny(params, run_dir)
+    assert (run_dir / "hashes.jsonl").read_text() == (backup / "hashes.jsonl").read_text()
+    from reprodqn.config.params import resolve_run
+    from reprodqn.training.loop import train
+
+    for _ in train(resolve_run(params, "deterministic", 0), run_dir, restart=True):
+        pass
+    assert json.loads(config_path.read_text())["fingerprint"] != "f" * 64
+    assert chain == [json.loads(line) for line in
+                     (run_dir / "hashes.jsonl").read_text().splitlines()]

@@ -1,0 +1,110 @@
+"""The image built and run for real (`-m container`; CI runs it): podman builds the
+project's Dockerfile on a debootstrapped Debian base with the CPU torch, `make docker-run`
+runs the smoke study inside it, and its chains equal the same study run outside."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, cli_env
+
+pytestmark = pytest.mark.container
+
+BASE = "localhost/reprodqn-base:bookworm"
+IMAGE = "localhost/reprodqn:test-cpu"
+CALLER = (4321, 4321)  # a non-root caller whose files must not end up as the image's user
+PODMAN = {"CONTAINER": "podman", "IMAGE": IMAGE}
+
+
+def make(log: Path, *target: str, **variables) -> subprocess.Popen:
+    args = ["make", "-C", str(ROOT), *target, *(f"{k}={v}" for k, v in variables.items())]
+    return subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            env=cli_env(), stdin=subprocess.DEVNULL)
+
+
+def finish(process: subprocess.Popen, log: Path) -> None:
+    status = process.wait()
+    assert status == 0, f"{' '.join(process.args)} exited {status}:\n" + \
+        "\n".join(log.read_text().splitlines()[-40:])
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> dict[str, Path]:
+    """The smoke study run outside (this venv) and inside the image, on this machine."""
+    if shutil.which("podman") is None or shutil.which("debootstrap") is None:
+        pytest.fail("podman and debootstrap not installed (apt-get install podman "
+                    "debootstrap runc)")
+    tmp = tmp_path_factory.mktemp("container")
+    outside, inside = tmp / "outside", tmp / "inside"
+    log = {name: tmp / f"{name}.log" for name in ("outside", "base", "build", "inside")}
+    # outside first, in the background: it overlaps the base and the build, not the run
+    running = make(log["outside"], "smoke", SMOKE=outside, MLFLOW_DB=tmp / "mlflow.db")
+    for name, process in (("base", subprocess.Popen(
+            [ROOT / ".ci/container/base", BASE], stdout=log["base"].open("w"),
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)),
+            ("build", make(log["build"], "docker-build", TORCH="cpu", BASE=BASE, **PODMAN))):
+        finish(process, log[name])
+    finish(running, log["outside"])
+    finish(make(log["inside"], "smoke-workspace", SMOKE=inside), log["inside"])
+    for path in (inside, *inside.rglob("*")):
+        os.lchown(path, *CALLER)
+    finish(make(log["inside"], "docker-run", WORKSPACE=inside, USER_ID=CALLER[0],
+                GROUP_ID=CALLER[1], **PODMAN), log["inside"])
+    return {"inside": inside, "outside": outside}
+
+
+def conditions(root: Path) -> dict:
+    return json.loads((root / "results" / "conditions.json").read_text())
+
+
+def test_the_report_exists_and_the_deterministic_group_replicates_inside(smoke):
+    reports = smoke["inside"] / "reports"
+    assert (reports / "report.md").stat().st_size > 0
+    verdict = json.loads((reports / "replicability.json").read_text())
+    assert verdict["group"] == "deterministic" and verdict["runs"] == 2
+    assert verdict["replicable"] is True
+
+
+def test_every_file_in_the_workspace_belongs_to_the_calling_user(smoke):
+    written = [p for p in smoke["inside"].rglob("*")
+               if (p.lstat().st_uid, p.lstat().st_gid) != CALLER]
+    assert not written, f"{len(written)} files not owned by {CALLER}, e.g. {written[:3]}"
+    assert (smoke["inside"] / "dvc.lock").exists()  # dvc repro did write here
+
+
+def test_conditions_name_the_image_digest_and_that_it_ran_inside_a_container(smoke):
+    image_id = subprocess.run(
+        ["podman", "image", "inspect", "--format", "{{.Id}}", IMAGE], capture_output=True,
+        text=True, check=True, env=cli_env(CONTAINERS_CONF=str(
+            ROOT / ".ci/container/containers.conf"))).stdout.strip()
+    container = conditions(smoke["inside"])["container"]
+    assert container == {"inside_container": True, "engine": "podman", "image": IMAGE,
+                         "image_digest": f"sha256:{image_id.removeprefix('sha256:')}",
+                         "torch_build": "cpu"}
+    # outside may itself be a container (CI's machine is one), but not this image
+    outside = conditions(smoke["outside"])["container"]
+    assert outside["engine"] != "podman" and outside["image_digest"] is None
+
+
+def test_the_smoke_chains_inside_equal_those_outside(smoke):
+    inside, outside = (conditions(smoke[side])["numerics"] for side in ("inside", "outside"))
+    # the same ISA floor, the same threads (the image also sets cuBLAS's GPU-only knob)
+    for numerics in (inside, outside):
+        numerics["environment"].pop("CUBLAS_WORKSPACE_CONFIG")
+    assert inside == outside and inside["cpu_isa"] == "avx2"
+    compared = 0
+    for pattern in ("runs/*/*/hashes.jsonl", "evaluations/*/*/eval.csv"):
+        theirs = sorted(p.relative_to(smoke["outside"]) for p in smoke["outside"].glob(pattern))
+        ours = sorted(p.relative_to(smoke["inside"]) for p in smoke["inside"].glob(pattern))
+        assert ours == theirs and len(ours) == 12  # 6 groups x 2 runs
+        for path in ours:
+            same = (smoke["inside"] / path).read_bytes() == (smoke["outside"] / path).read_bytes()
+            assert same, f"{path} differs inside the container"
+            compared += 1
+    print(f"container: {compared} files identical inside and outside")

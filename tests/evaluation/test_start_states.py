@@ -1,0 +1,183 @@
+"""Start sequences: drawn from their stream, files that state their units and hash, the
+authors' format imported by parsing (never evaluating), ranking and selection."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from reprodqn.config.params import load_params
+from reprodqn.core.atomic import write_json
+from reprodqn.core.errors import InputError
+from reprodqn.evaluation import start_states
+from tests.helpers import PARAMS, cli_env
+
+
+@pytest.fixture
+def config():
+    return load_params(PARAMS).start_states
+
+
+def test_candidates_follow_the_paper_and_their_stream(config):
+    doc = start_states.generate_candidates(config)
+    lengths = [len(s) - 2 for s in doc["sequences"]]  # the random part, after two NOOPs
+    assert all(s[:2] == [0, 0] for s in doc["sequences"])  # as every line of initstates.txt
+    assert doc["count"] == len(lengths) == 1000
+    assert min(lengths) == 55 and max(lengths) == 95  # both ends drawn among 1000
+    assert {a for s in doc["sequences"] for a in s} == {0, 1, 3, 4}
+    assert doc["unit"] == "emulator frame" and doc["ids"] == "raw ALE action id"
+    assert doc["provenance"]["seed"] == 123 and "PCG64" in doc["provenance"]["generator"]
+    assert start_states.generate_candidates(config) == doc
+    other = start_states.generate_candidates(config.model_copy(update={"candidates_seed": 7}))
+    assert other["sequences"] != doc["sequences"]
+
+
+def test_a_written_file_loads_and_each_defect_is_one_clear_line(tmp_path, config):
+    doc = start_states.generate_candidates(config.model_copy(update={"candidates": 10}))
+    good = tmp_path / "good.json"
+    write_json(good, doc)
+    assert start_states.load(good, 10)["sequences"] == doc["sequences"]
+
+    def broken(change, name):
+        bad = json.loads(json.dumps(doc))
+        change(bad)
+        path = tmp_path / f"{name}.json"
+        write_json(path, bad)
+        return path
+
+    cases = {
+        "count": (lambda d: None, r"holds 10 sequences, expected 100", 100),
+        "unit": (lambda d: d.update(unit="agent step"),
+                 r"unit is 'agent step', expected 'emulator frame'", 10),
+        "action": (lambda d: d["sequences"][3].__setitem__(5, 2),
+                   r"sequence 3: action 2 is not one of Breakout's minimal action set", 10),
+        "hash": (lambda d: d["sequences"][0].__setitem__(0, 4 if d["sequences"][0][0] != 4
+                                                         else 3),
+                 r"sequences_sha256 does not match", 10),
+        "empty": (lambda d: d["sequences"].__setitem__(1, []), r"sequence 1: expected a "
+                  "non-empty list", 10),
+    }
+    for name, (change, message, count) in cases.items():
+        path = broken(change, name)
+        with pytest.raises(InputError, match=message) as caught:
+            start_states.load(path, count)
+        assert str(caught.value).startswith(str(path)) and "\n" not in str(caught.value)
+
+
+AUTHORS_LINE = "[0, 1, 3, 4, 4, 3, 1, 0, 1, 1, 3, 3, 4, 4, 0, 0, 1, 3, 4, 1, 0, 3, 4, 1, 1]"
+
+
+def test_import_of_the_authors_format(tmp_path):
+    source = tmp_path / "initstates.txt"
+    source.write_text("\n".join([AUTHORS_LINE] * 100) + "\n")
+    out = tmp_path / "authors.json"
+    doc = start_states.import_authors_file(source, out, 100)
+    loaded = start_states.load(out, 100)
+    assert loaded == doc and loaded["sequences"][0][:4] == [0, 1, 3, 4]
+    assert doc["provenance"]["source_sha256"] and doc["unit"] == "emulator frame"
+
+
+@pytest.mark.parametrize("line, message", [
+    ("__import__('os').system('true')", "expected a list of integer literals"),
+    ("[1, 3, x]", "expected a list of integer literals"),
+    ("[1.0, 3]", "expected a list of integer literals"),
+    ("[1, -3]", "expected a list of integer literals"),
+    ("[1, 2]", "action 2 is not one of Breakout's minimal action set"),
+    ("[]", "expected a non-empty list"),
+    ("[1, 3", "not a Python list literal"),
+])
+def test_a_malformed_line_is_reported_by_number_and_nothing_is_overwritten(tmp_path, line,
+                                                                           message):
+    source = tmp_path / "initstates.txt"
+    lines = [AUTHORS_LINE] * 100
+    lines[41] = line
+    source.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "authors.json"
+    out.write_text("previous content")
+    result = subprocess.run(
+        [sys.executable, "-m", "reprodqn.cli", "start-states", "import", str(source),
+         "--out", str(out), "--params", str(PARAMS)],
+        capture_output=True, text=True, env=cli_env())
+    assert result.returncode == 2
+    [error] = result.stderr.splitlines()
+    assert error.startswith(f"reprodqn: error: {source}:42: ") and message in error
+    assert out.read_text() == "previous content"
+
+
+def test_import_refuses_the_wrong_count(tmp_path):
+    source = tmp_path / "initstates.txt"
+    source.write_text("\n".join([AUTHORS_LINE] * 99) + "\n")
+    with pytest.raises(InputError, match="holds 99 sequences, expected 100"):
+        start_states.parse_authors_file(source, 100)
+
+
+def test_ranking_and_selection(tmp_path, config):
+    small = config.model_copy(update={"candidates": 40, "top_k": 10, "selected": 5})
+    candidates = start_states.generate_candidates(small)
+    max_q = np.linspace(0, 1, 40, dtype=np.float32)[::-1].copy()
+    max_q[7] = max_q[6]  # a tie keeps candidate order
+    ranks = start_states.rank(max_q)
+    assert ranks[0] == 1 and ranks[6] == 7 and ranks[7] == 8 and ranks[39] == 40
+    doc = start_states.select(candidates, max_q, small, "r" * 64, "c" * 64, tmp_path)
+    chosen = doc["provenance"]["candidate_indices"]
+    assert len(chosen) == 5 == len(set(chosen)) and all(i < 10 for i in chosen)
+    assert doc["sequences"] == [candidates["sequences"][i] for i in chosen]
+    assert doc["provenance"]["ranker_weights_sha256"] == "r" * 64
+    rows = (tmp_path / "ranking.csv").read_text().splitlines()
+    assert rows[0] == "index,length,max_q,rank" and len(rows) == 41
+    assert start_states.load(tmp_path / "selected.json", 5) == doc
+    again = start_states.select(candidates, max_q, small, "r" * 64, "c" * 64, tmp_path / "b")
+    assert again == doc
+
+
+def test_the_shipped_authors_states_are_what_the_importer_makes_of_their_file(tmp_path):
+    """start_sequences/authors.json is `reprodqn start-states import` of the authors' text,
+    byte for byte, with where it came from; their MIT notice ships beside it."""
+    import hashlib
+    import json
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT, cli_env
+
+    folder = ROOT / "start_sequences"
+    shipped = (folder / "authors.json").read_bytes()
+    origin = json.loads(shipped)["provenance"]
+    text = (folder / "authors-initstates.txt").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == origin["source_sha256"] == (
+        "b0b933f32a8b006ab6c985124933302d112d731bc7b619d409dd8c9ae6dd6975")
+    assert origin["repository"] == "https://github.com/prabhatnagarajan/repro_dqn"
+    assert origin["commit"].startswith("59b8dfb") and origin["path"] == "files/initstates.txt"
+    notice = (ROOT / origin["license"]).read_text()
+    assert "MIT License" in notice and "Prabhat Nagarajan" in notice
+    out = tmp_path / "authors.json"
+    subprocess.run([sys.executable, "-m", "reprodqn.cli", "start-states", "import",
+                    str(folder / "authors-initstates.txt"), "--out", str(out),
+                    "--repository", origin["repository"], "--commit", origin["commit"],
+                    "--path", origin["path"], "--license", origin["license"]],
+                   check=True, capture_output=True, env=cli_env(), cwd=ROOT)
+    assert out.read_bytes() == shipped
+    doc = start_states.load(folder / "authors.json", at_least=100)
+    assert all(s[:2] == [0, 0] for s in doc["sequences"])  # their two NOOP frames
+
+
+def test_import_keeps_an_existing_file_with_other_provenance_unless_replaced(tmp_path):
+    """Without --out the importer would overwrite the shipped authors.json and lose where
+    it came from: a file with other contents is kept, with one line, unless --replace."""
+    from tests.helpers import ROOT
+
+    folder = ROOT / "start_sequences"
+    out = tmp_path / "authors.json"
+    out.write_bytes((folder / "authors.json").read_bytes())
+    with pytest.raises(InputError, match="exists with other contents"):
+        start_states.import_authors_file(folder / "authors-initstates.txt", out, 100)
+    assert out.read_bytes() == (folder / "authors.json").read_bytes()
+    origin = json.loads(out.read_text())["provenance"]
+    start_states.import_authors_file(folder / "authors-initstates.txt", out, 100, origin)
+    assert out.read_bytes() == (folder / "authors.json").read_bytes()  # same: no refusal
+    start_states.import_authors_file(folder / "authors-initstates.txt", out, 100, replace=True)
+    assert "repository" not in json.loads(out.read_text())["provenance"]

@@ -1,0 +1,175 @@
+"""Spot-checking a shipped run: retrain it to a step and compare the chain prefix, from
+scratch or from a resume point the bundle ships."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reprodqn.config.params import load_params, resolve_run
+from reprodqn.core.errors import InputError
+from reprodqn.core.workspace import read_hashes, resume_points_dir, run_dir
+from reprodqn.forensics import rerun, verify
+from reprodqn.training.loop import train
+from tests.helpers import PARAMS, TINY, cli_env, train_tiny
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory):
+    """A workspace with params.yaml and a finished deterministic/0 at tiny scale."""
+    root = tmp_path_factory.mktemp("shipped")
+    params = load_params(PARAMS, TINY)
+    (root / "params.yaml").write_text(yaml.safe_dump(params.model_dump(mode="json")))
+    train_tiny(params, run_dir(root / "runs", "deterministic", 0))
+    return root, params
+
+
+def test_training_until_a_step_then_on_gives_the_uninterrupted_chain(shipped, tmp_path):
+    root, params = shipped
+    config = resolve_run(params, "deterministic", 0)
+    for _ in train(config, tmp_path, until=350):
+        pass
+    assert not (tmp_path / "complete.json").exists()
+    assert json.loads((tmp_path / "resume" / "latest.json").read_text())["step"] == 350
+    for _ in train(config, tmp_path):
+        pass
+    assert read_hashes(tmp_path) == read_hashes(run_dir(root / "runs", "deterministic", 0))
+
+
+def _spot_check(root, until, scratch):
+    config = rerun.shipped_config(root, "deterministic", 0, PARAMS)
+    return verify.spot_check(root, config, until, scratch)
+
+
+def test_spot_check_from_scratch_matches_the_shipped_prefix(shipped, tmp_path):
+    root, _ = shipped
+    result = _spot_check(root, 400, tmp_path / "rerun")
+    assert result["identical"] and result["from_step"] == 0
+    assert result["records_compared"] == 3 + 4  # checkpoints 0-400, process 100-400
+    assert "identical" in verify.spot_check_summary(result)
+
+
+def test_spot_check_names_the_first_record_that_differs(shipped, tmp_path):
+    root, _ = shipped
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    hashes = run_dir(copy / "runs", "deterministic", 0) / "hashes.jsonl"
+    lines = [json.loads(line) for line in hashes.read_text().splitlines()]
+    lines[2]["loss_chain_sha256"] = "f" * 64  # step 400
+    hashes.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = _spot_check(copy, 600, tmp_path / "rerun")
+    assert not result["identical"]
+    assert result["first"] == {"file": "hashes.jsonl", "step": 400,
+                               "fields": ["loss_chain_sha256"]}
+    assert "DIFFERENT" in verify.spot_check_summary(result)
+
+
+def test_a_shipped_resume_point_starts_the_spot_check_late(shipped, tmp_path):
+    root, params = shipped
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    config = resolve_run(params, "deterministic", 0)
+    out = resume_points_dir(copy, "deterministic", 0)
+    rerun.make_resume_point(config, run_dir(copy / "runs", "deterministic", 0),
+                            tmp_path / "scratch", out, 300)
+    result = _spot_check(copy, 600, tmp_path / "rerun")
+    assert result["identical"] and result["from_step"] == 300
+    # a corrupted shipped point is refused, not trained from
+    victim = next(p for p in out.rglob("*.npy"))
+    victim.write_bytes(victim.read_bytes()[:-1] + b"\x01")
+    with pytest.raises(InputError, match="corrupted"):
+        _spot_check(copy, 600, tmp_path / "rerun2")
+
+
+def test_a_resume_point_off_the_runs_own_chain_is_refused(shipped, tmp_path):
+    root, params = shipped
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    hashes = run_dir(copy / "runs", "deterministic", 0) / "hashes.jsonl"
+    hashes.write_text(hashes.read_text().replace('"updates": 49', '"updates": 48'))
+    with pytest.raises(InputError, match="does not replicate"):
+        rerun.make_resume_point(resolve_run(params, "deterministic", 0),
+                                run_dir(copy / "runs", "deterministic", 0),
+                                tmp_path / "scratch", tmp_path / "out", 400)
+    assert not (tmp_path / "out").exists()
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "reprodqn.cli", *args], cwd=cwd,
+                          env=cli_env(), capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rerun", "deterministic", "--until", "200"], "expected GROUP/RUN"),
+    (["--rerun", "deterministic/0"], "expected --until"),
+    (["--rerun", "deterministic/0", "--until", "9999"], "has only 600 steps"),
+    (["--rerun", "deterministic/0", "--until", "200", "--set", "agent.discount=0.9"],
+     "mismatched params"),
+])
+def test_spot_check_bad_input_is_one_line(shipped, tmp_path, args, message):
+    root, _ = shipped
+    shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
+    if "--set" in args:  # the reference has no params.yaml of its own: ours are used
+        copy = tmp_path / "ref"
+        shutil.copytree(root / "runs", copy / "runs")
+        reference = copy
+    else:
+        reference = root
+    out = _cli("verify", "--reference", str(reference), *args, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_spot_check_from_the_command_line_in_an_empty_directory(shipped, tmp_path):
+    """A reader needs no params.yaml where they stand: the reference's own is used."""
+    root, _ = shipped
+    out = _cli("verify", "--reference", str(root), "--rerun", "deterministic/0",
+               "--until", "200", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("verify: identical: deterministic/0 retrained from scratch")
+
+
+def test_a_bundle_ships_the_resume_point_and_the_spot_check_starts_there(shipped, tmp_path):
+    from reprodqn.report import bundle
+
+    root, _ = shipped
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(root / "params.yaml", work / "params.yaml")
+    # trained by the command line, as a study is: at the params' instruction-set floor
+    out = _cli("train", "--group", "deterministic", "--run", "0", cwd=work)
+    assert out.returncode == 0, out.stderr
+    out = _cli("resume-point", "deterministic/0", "--step", "400", cwd=work)
+    assert out.returncode == 0, out.stderr
+    shipped_files = {str(p) for p in bundle.collect(work, checkpoints=False)}
+    assert "resume-points/deterministic/0/latest.json" in shipped_files
+    assert "resume-points/deterministic/0/logs/hashes.jsonl" in shipped_files
+    out = _cli("verify", "--reference", str(work), "--rerun", "deterministic/0", "--until",
+               "600", cwd=work)
+    assert out.returncode == 0, out.stderr
+    assert "from the shipped resume point at step 400" in out.stdout
+
+
+def test_commands_with_a_reference_take_its_params_unless_given(tmp_path):
+    import argparse
+
+    from reprodqn.cli.common import resolve_params_path
+
+    bundle = tmp_path / "bundle"
+    point = bundle / "resume-points" / "deterministic" / "0"
+    point.mkdir(parents=True)
+    (bundle / "params.yaml").write_text("# the shipped params\n")
+    cases = [({"reference": bundle}, bundle / "params.yaml"),
+             ({"resume": point}, bundle / "params.yaml"),
+             ({"reference": tmp_path / "nothing-here"}, Path("params.yaml")),
+             ({"reference": bundle, "params": Path("mine.yaml")}, Path("mine.yaml"))]
+    for given, expected in cases:
+        args = argparse.Namespace(**{"params": None, **given})
+        resolve_params_path(args)
+        assert args.params == expected, given

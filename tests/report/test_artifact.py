@@ -1,0 +1,115 @@
+"""The bundle's metadata: CITATION.cff valid against the Citation File Format 1.2.0 schema,
+and an RO-Crate that the `rocrate` library loads, whose every file is in the bundle with
+the SHA-256 its manifest gives, each named as workflow, input, output, software or
+conditions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reprodqn.core.errors import InputError
+from reprodqn.report import bundle, citation
+from tests.helpers import ROOT
+
+STUDY_FILES = {
+    "dvc.yaml": "stages: {}\n", "params.yaml": "study: {}\n",
+    "src/reprodqn/__init__.py": '"""x"""\n',
+    "start_sequences/authors.json": '{"sequences": []}\n',
+    "runs/deterministic/0/hashes.jsonl": '{"step": 0}\n',
+    "runs/deterministic/0/conditions.json": "{}\n",
+    "evaluations/deterministic/0/eval.csv": "step,episode\n",
+    "reports/report.html": "<html></html>\n",
+    "results/conditions.json": "{}\n", "results/sbom.cdx.json": "{}\n",
+}
+
+
+@pytest.fixture
+def unpacked(tmp_path):
+    """A small study workspace (not a git checkout), bundled and unpacked."""
+    root = tmp_path / "study"
+    for name, text in STUDY_FILES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    shutil.copy(ROOT / "CITATION.cff", root / "CITATION.cff")
+    out = tmp_path / "dist" / "bundle.tar.gz"
+    bundle.write(root, out, checkpoints=False)
+    with tarfile.open(out) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    return tmp_path / "unpacked" / bundle.ROOT, out
+
+
+def manifest(directory: Path) -> dict[str, str]:
+    lines = (directory / "MANIFEST.sha256").read_text().splitlines()
+    return {name: digest for digest, _, name in (line.partition("  ") for line in lines)}
+
+
+def test_the_crate_lists_every_file_with_the_manifests_hash(unpacked):
+    from rocrate.rocrate import ROCrate
+
+    directory, out = unpacked
+    crate = ROCrate(directory)  # the library's own reader
+    files = {e.id: e for e in crate.get_entities() if "File" in e.type}
+    listed = manifest(directory)
+    assert set(files) == set(listed) - {"ro-crate-metadata.json"}
+    for name, entity in files.items():
+        assert (directory / name).is_file(), name
+        assert entity["sha256"] == listed[name], name
+    roles = {name: entity["additionalType"] for name, entity in files.items()}
+    assert roles["dvc.yaml"] == roles["params.yaml"] == roles["src/reprodqn/__init__.py"] \
+        == "workflow"
+    assert roles["start_sequences/authors.json"] == "input"
+    assert roles["runs/deterministic/0/hashes.jsonl"] == roles["reports/report.html"] == "output"
+    assert roles["results/sbom.cdx.json"] == "software"
+    assert roles["results/conditions.json"] == "conditions"
+    assert crate.mainEntity.id == "dvc.yaml" and "ComputationalWorkflow" in crate.mainEntity.type
+    study = crate.get("#study")
+    inputs = {e.id for e in study["object"]}
+    assert "#breakout-rom" in inputs and "start_sequences/authors.json" in inputs
+    assert len(crate.get("#breakout-rom")["sha256"]) == 64
+    assert {e.id for e in study["result"]} >= {"reports/report.html",
+                                                "evaluations/deterministic/0/eval.csv"}
+    # the same files sit beside the archive, for an upload to an archive such as Zenodo
+    for name in bundle.METADATA:
+        assert (out.parent / name).read_bytes() == (directory / name).read_bytes()
+
+
+def test_citation_is_valid_cff_with_the_commit_date(unpacked):
+    directory, _ = unpacked
+    doc = yaml.safe_load((directory / "CITATION.cff").read_text())
+    citation.validate_citation(doc, "CITATION.cff")  # the CFF 1.2.0 schema
+    assert doc["cff-version"] == "1.2.0" and doc["date-released"]
+    assert doc["references"][0]["authors"][0]["family-names"] == "Nagarajan"
+    crate = json.loads((directory / "ro-crate-metadata.json").read_text())
+    root = next(e for e in crate["@graph"] if e["@id"] == "./")
+    assert root["datePublished"] == doc["date-released"]  # never the clock's time
+
+
+def test_the_same_workspace_gives_the_same_bundle(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    root = tmp_path / "study"
+    for name, text in STUDY_FILES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    shutil.copy(ROOT / "CITATION.cff", root / "CITATION.cff")
+    first = bundle.write(root, tmp_path / "a" / "b.tar.gz", checkpoints=False)
+    second = bundle.write(root, tmp_path / "b" / "b.tar.gz", checkpoints=False)
+    assert first["sha256"] == second["sha256"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"authors": []}, r"authors: \[\] should be non-empty"),
+    ({"cff-version": "1.1.0"}, r"cff-version: '1.1.0' does not match"),
+    ({"title": None}, r"title: None is not of type 'string'"),
+])
+def test_an_invalid_citation_is_one_line_naming_the_field(tmp_path, change, message):
+    doc = {**yaml.safe_load((ROOT / "CITATION.cff").read_text()), **change}
+    (tmp_path / "CITATION.cff").write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError, match=message) as error:
+        citation.citation(tmp_path, None, "2026-01-01")
+    assert "\n" not in str(error.value) and "CITATION.cff" in str(error.value)

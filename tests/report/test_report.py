@@ -1,0 +1,184 @@
+"""Table 1, variance tests, the replicability verdict, figures and verify, on small
+synthetic studies whose answers are known."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from reprodqn.forensics import verify
+from reprodqn.report import analysis, writer
+from tests.helpers import fake_run, fake_study
+
+
+def test_table1_is_best_and_final_over_runs_like_the_paper():
+    table = analysis.table1(fake_study())
+    best = [5, 7, 9]  # exploration: each run's highest checkpoint score
+    final = [5, 6, 4]
+    assert table["best_mean"]["exploration"] == pytest.approx(np.mean(best))
+    assert table["best_std"]["exploration"] == pytest.approx(np.std(best))
+    assert table["best_rsd"]["exploration"] == pytest.approx(100 * np.std(best) / np.mean(best))
+    assert table["final_mean"]["exploration"] == pytest.approx(np.mean(final))
+    assert table["final_std"]["deterministic"] == 0.0 and table["best_rsd"]["gpu"] == 0.0
+    markdown = writer.table1_markdown(table)
+    assert "| Average score (best) | 5.00 (146.70) |" in markdown
+    assert "minibatch" in markdown.splitlines()[0]
+
+
+def test_variance_tests_match_scipy_and_handle_zero_variance():
+    tests = analysis.variance_tests(fake_study())
+    pair = next(t for t in tests if t["scores"] == "final"
+                and t["groups"] == ["exploration", "initialization"])
+    x, y = np.array([5.0, 6, 4]), np.array([1.0, 9, 2])
+    f = x.var(ddof=1) / y.var(ddof=1)
+    p = 2 * min(stats.f.cdf(f, 2, 2), stats.f.sf(f, 2, 2))
+    assert pair["f_statistic"] == pytest.approx(f) and pair["f_p"] == pytest.approx(p)
+    assert pair["bf_p"] == pytest.approx(stats.levene(x, y, center="median").pvalue)
+    both_zero = next(t for t in tests if t["groups"] == ["deterministic", "gpu"])
+    assert both_zero["f_p"] is None and "both variances are zero" in both_zero["note"]
+    one_zero = next(t for t in tests if t["groups"] == ["deterministic", "environment"]
+                    and t["scores"] == "final")
+    assert one_zero["f_statistic"] == math.inf and one_zero["significant"]
+    assert len(tests) == 2 * 15  # every pair of the six groups, best and final
+
+
+def test_verdict_names_the_first_diverging_run_and_checkpoint():
+    identical = analysis.verdict(fake_study())
+    assert identical["replicable"] is True
+    assert all(identical[k]["identical"] for k in ("weights", "losses", "evaluation"))
+    runs = [fake_run("deterministic", 0, [1, 5, 3]), fake_run("deterministic", 1, [1, 5, 3]),
+            fake_run("deterministic", 2, [1, 5, 4], chains=["w0", "w100", "DIFFERENT"])]
+    verdict = analysis.verdict(fake_study(runs))
+    assert verdict["replicable"] is False
+    assert verdict["weights"]["first_divergence"] == {"run": 2, "step": 200}
+    assert verdict["evaluation"]["first_divergence"] == {"run": 2, "step": 200}
+
+
+def test_cpu_study_says_the_gpu_group_has_no_gpu_nondeterminism():
+    statement = analysis.device_statement(fake_study())
+    assert not statement["on_gpu"] and statement["gpu_group_equals_deterministic"]
+    assert "no GPU nondeterminism to show" in statement["text"]
+
+
+def test_write_report_produces_every_output(tmp_path):
+    summary = writer.write_report(fake_study(), tmp_path, scale_note="Reduced scale.")
+    for name in ("table1.csv", "table1.md", "report.md", "metrics.json", "variance_tests.json",
+                 "replicability.json", "learning_curves.csv", "learning_curves_runs.csv",
+                 "figure1.png", "figure1.pdf", "figure2_start_state.png",
+                 "figure4_start_states.pdf", "report.html"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert summary["metrics"]["replicable"] is True
+    text = (tmp_path / "report.md").read_text()
+    assert "Verdict: **replicable**" in text and "Reduced scale." in text
+    assert "F-test" in text and "Brown-Forsythe" in text
+    curves = (tmp_path / "learning_curves.csv").read_text().splitlines()
+    assert curves[0] == "step,deterministic,gpu,environment,exploration,initialization,minibatch"
+    assert curves[2].startswith("100,5.0,5.0,4.0,7.0,5.0,")
+
+
+def test_report_quotes_the_nondeterminism_audit(tmp_path):
+    audit = {"summary": "audit: 44 aten overloads ran; global RNGs drawn from: none",
+             "conditions_fingerprint": "abcdef1234567890"}
+    writer.write_report(fake_study(), tmp_path, audit=audit)
+    text = (tmp_path / "report.md").read_text()
+    assert "### Nondeterminism audit" in text and "44 aten overloads ran" in text
+    assert "`abcdef123456`" in text
+    writer.write_report(fake_study(), tmp_path / "none")
+    assert "Nondeterminism audit" not in (tmp_path / "none" / "report.md").read_text()
+
+
+def test_report_shows_its_figures_inline_and_as_one_self_contained_page(tmp_path):
+    import base64
+    import re
+
+    studied = fake_study()
+    for runs in studied.values():
+        for r in runs:
+            r.conditions = {"fingerprint": "ab" * 32, "device_name": "cpu",
+                            "cpu": {"model": "Test CPU"}, "packages": {"torch": "2.13.0"},
+                            "numerics": {"cpu_isa": "avx2", "torch_threads": 1}}
+    writer.write_report(studied, tmp_path)
+    markdown = (tmp_path / "report.md").read_text()
+    linked = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
+    assert set(linked) == {"figure1.png", "figure2_start_state.png", "figure4_start_states.png",
+                           "figure_divergence.png", "figure_probe.png"}
+    assert all((tmp_path / name).exists() for name in linked)  # relative links that resolve
+    assert "| `abababababab` | cpu | Test CPU | avx2, 1 |" in markdown  # the conditions
+    page = (tmp_path / "report.html").read_text()
+    sources = re.findall(r'<img src="([^"]+)"', page)
+    assert len(sources) == len(linked)
+    for source, name in zip(sources, linked, strict=True):  # embedded, byte for byte
+        assert source == "data:image/png;base64," + base64.b64encode(
+            (tmp_path / name).read_bytes()).decode()
+    assert not re.search(r'(src|href)="(?!data:|#)', page)  # nothing fetched from elsewhere
+    assert "<td>Average score (best)</td><td>5.00 (146.70)</td>" in page.replace("\n", "")
+    for heading in ("Table 1", "Where each source of nondeterminism enters",
+                    "Replicability (after Chen et al.)", "Equality of variances between groups",
+                    "Conditions"):
+        assert f">{heading}</h2>" in page, heading
+    assert "Verdict: <strong>replicable</strong>" in page and "Test CPU" in page
+
+
+def test_a_missing_figure_is_one_line_naming_it(tmp_path):
+    from reprodqn.core.errors import InputError
+    from reprodqn.report import html
+
+    with pytest.raises(InputError, match=r"figure1\.png: figure linked from the report"):
+        html.render("# R\n\n![F](figure1.png)\n", tmp_path)
+
+
+def make_workspace(root, scores_by_run):
+    """A minimal workspace on disk: hashes, eval.csv, conditions."""
+    for (group, index), (chain, score) in scores_by_run.items():
+        run_dir = root / "runs" / group / str(index)
+        run_dir.mkdir(parents=True)
+        (run_dir / "hashes.jsonl").write_text("".join(
+            json.dumps({"step": s, "weights_sha256": f"{chain}{s}", "loss_chain_sha256": "x",
+                        "updates": 0}) + "\n" for s in (0, 100)))
+        eval_dir = root / "evaluations" / group / str(index)
+        eval_dir.mkdir(parents=True)
+        (eval_dir / "eval.csv").write_text(
+            "step,episode,start_sequence,sticky_seed,score,frames\n"
+            f"0,0,0,,{score},40\n100,0,0,,{score},40\n")
+    (root / "results").mkdir()
+    (root / "results" / "conditions.json").write_text(json.dumps({
+        "device": "cpu", "device_name": "cpu", "gpu": {}, "cpu": {"architecture": "x86_64",
+        "isa_flags": ["avx2"], "torch_cpu_capability": "AVX2"}, "python": {"version": "3.11.7"},
+        "packages": {"torch": "2.13.0"}, "numerics": {"torch_threads": 1, "environment": {}},
+        "memory_bytes": 1}))
+
+
+def test_verify_reports_identical_or_the_first_divergence_and_condition_changes(tmp_path):
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    runs = {("deterministic", 0): ("a", 1), ("deterministic", 1): ("a", 1),
+            ("gpu", 0): ("a", 1)}
+    make_workspace(ours, runs)
+    shutil.copytree(ours, theirs)
+    result = verify.verify(ours, theirs, ["deterministic", "gpu"], 2)
+    assert result["identical"] and result["runs_compared"] == 3
+    hashes = theirs / "runs" / "gpu" / "0" / "hashes.jsonl"
+    hashes.write_text(hashes.read_text().replace("a100", "b100"))
+    conditions = json.loads((theirs / "results" / "conditions.json").read_text())
+    conditions["packages"]["torch"] = "2.12.0"
+    conditions["memory_bytes"] = 2
+    (theirs / "results" / "conditions.json").write_text(json.dumps(conditions))
+    result = verify.verify(ours, theirs, ["deterministic", "gpu"], 2)
+    assert not result["identical"]
+    assert result["first_divergence"] == {"group": "gpu", "run": 0, "step": 100,
+                                          "chain": "weights"}
+    assert result["conditions_differing"] == ["memory_bytes", "packages.torch"]
+    assert result["numeric_conditions_differing"] == ["packages.torch"]
+    assert result["cpu_isa"]["ours"] == "native (this machine's widest: avx2, torch used AVX2)"
+
+
+def test_isa_setting_names_the_floor_and_the_machine():
+    pinned = {"numerics": {"cpu_isa": "avx2"},
+              "cpu": {"isa_flags": ["avx2", "avx512f"], "torch_cpu_capability": "AVX2"}}
+    assert analysis.isa_setting(pinned) == ("pinned to avx2 (machine offers avx512, torch used "
+                                          "AVX2)")
+    assert analysis.isa_setting(None).startswith("unknown")
