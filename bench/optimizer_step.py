@@ -10,14 +10,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from reprodqn.determinism import isa  # noqa: E402 -- the CPU floor must be set before torch loads
+import common  # noqa: F401 -- applies the CPU floor before torch loads
+import torch
 
-isa.apply("avx2")
-
-import torch  # noqa: E402
-
-from reprodqn.dqn.network import build_q_network  # noqa: E402
-from reprodqn.dqn.optimizers import Adam, CenteredRMSprop, RMSprop  # noqa: E402
+from reprodqn.dqn.network import build_q_network
+from reprodqn.dqn.optimizers import Adam, CenteredRMSprop, RMSprop
 
 PAIRS = {  # name: (ours, torch's or None, kwargs)
     "rmsprop (authors')": (RMSprop, lambda p, **k: torch.optim.RMSprop(p, foreach=False, **k),

@@ -17,9 +17,10 @@ from tests.helpers import PARAMS, TINY, cli_env
 
 # Nature network: the paper's kernels (conv, GEMM) are what the knobs select between
 RUN = [*TINY, "agent.network=nature", "train.steps=300", "replay.learning_starts=100"]
-PINNED = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
-LOWERED = {"ONEDNN_MAX_CPU_ISA": "SSE41", "ATEN_CPU_CAPABILITY": "default",
-           "MKL_CBWR": "COMPATIBLE"}
+# the default floor, portable: AVX2 kernels, MKL on the branch it runs alike on every vendor
+PINNED = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"}
+# each knob moved off the floor (MKL: AUTO, its unpinned branch)
+LOWERED = {"ONEDNN_MAX_CPU_ISA": "SSE41", "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO"}
 
 
 def final_weights(tmp_path, name, cpu_isa, environment=None, prelude="") -> str:
@@ -45,15 +46,16 @@ def final_weights(tmp_path, name, cpu_isa, environment=None, prelude="") -> str:
 def pinned(tmp_path_factory):
     if not {"avx", "avx2", "fma"} <= isa.machine_flags():
         pytest.skip("this CPU is below the AVX2 floor")
-    return final_weights(tmp_path_factory.mktemp("pinned"), "pinned", "avx2")
+    return final_weights(tmp_path_factory.mktemp("pinned"), "pinned", "portable")
 
 
 def test_pinned_runs_agree_whatever_the_environment_says(pinned, tmp_path):
     weights, conditions = pinned
     assert conditions["cpu"]["torch_cpu_capability"] == "AVX2"
     assert conditions["numerics"]["environment"]["ONEDNN_MAX_CPU_ISA"] == "AVX2"
-    assert conditions["numerics"]["cpu_isa"] == "avx2"
-    again, _ = final_weights(tmp_path, "again", "avx2", environment=LOWERED)  # params win
+    assert conditions["numerics"]["cpu_isa"] == "portable"
+    assert conditions["numerics"]["environment"]["MKL_CBWR"] == "COMPATIBLE"
+    again, _ = final_weights(tmp_path, "again", "portable", environment=LOWERED)  # params win
     assert again == weights
 
 

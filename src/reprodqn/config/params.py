@@ -183,9 +183,11 @@ class ComputeConfig(Frozen):
     deterministic_gpu: bool = Field(
         True, description="Deterministic CUDA algorithms, cuDNN flags, TF32 off."
     )
-    cpu_isa: Literal["avx2", "avx512", "native"] = Field(
-        "avx2", description="Instruction-set floor for oneDNN, ATen and MKL (native: this "
-        "machine's widest); CPU results replicate on any machine at or above it."
+    cpu_isa: Literal["portable", "avx2", "avx512", "native"] = Field(
+        "portable", description="Instruction-set floor for oneDNN, ATen and MKL. portable: "
+        "AVX2 kernels, MKL's vendor-independent branch, the same bits on Intel and AMD; "
+        "avx2/avx512: replicate across one vendor's CPUs only (MKL's branches by vendor); "
+        "native: this machine's widest."
     )
 
 

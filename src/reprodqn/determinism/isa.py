@@ -2,12 +2,15 @@
 
 oneDNN, ATen and MKL each pick the widest instruction set the CPU offers, and their
 results differ between instruction sets, so the same run gives different weights on an
-AVX-512 machine than on an AVX2 one. Pinning all three to a floor (default AVX2, the floor
-of every x86-64 server of the last decade) makes CPU results replicate on any machine at
-or above it. The libraries read these settings when they first run a kernel (measured:
-setting them after `import torch` but before any op still works; after a convolution,
-nothing changes), so they are applied before torch is even imported, and refused after:
-this module must not import torch.
+AVX-512 machine than on an AVX2 one. Pinning all three to a floor makes CPU results
+replicate on any machine at or above it. MKL also looks at the vendor: its AVX2 and AVX512
+reproducibility branches are honoured on Intel CPUs only (AMD gets its AUTO branch, and
+other bits from the fully connected layers), so the default floor, `portable`, pins oneDNN
+and ATen to AVX2 and MKL to its COMPATIBLE branch, the one it runs alike on every vendor.
+The libraries read these settings when they first run a kernel (measured: setting them
+after `import torch` but before any op still works; after a convolution, nothing
+changes), so they are applied before torch is even imported, and refused after: this
+module must not import torch.
 
 It is also the one owner of the numerics environment: the variables that change numbers,
 which every job states explicitly and conditions.json records.
@@ -28,12 +31,17 @@ THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 NUMERICS_ENV = ("CUBLAS_WORKSPACE_CONFIG", *KNOBS, *THREAD_ENV, "PYTHONHASHSEED")
 FINGERPRINT_ENV = ("CUBLAS_WORKSPACE_CONFIG", *KNOBS)
 FLOORS = {
+    # Intel and AMD alike (README, "What replicates where": shown op by op under valgrind)
+    "portable": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+                 "MKL_CBWR": "COMPATIBLE"},
+    # one vendor's CPUs: MKL's AVX2/AVX512 branches on Intel, its AUTO branch elsewhere
     "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},
     "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "ATEN_CPU_CAPABILITY": "avx512",
                "MKL_CBWR": "AVX512"},
     "native": {},  # whatever this machine has (recorded as such)
 }
 REQUIRED_FLAGS = {
+    "portable": ("avx", "avx2", "fma"),
     "avx2": ("avx", "avx2", "fma"),
     "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"),
     "native": (),
