@@ -2,12 +2,15 @@
 
 The weights hash is SHA-256 over the tensors in name order (name, dtype, shape, bytes), so
 it identifies the weights whatever file they travel in; it is the hash in hashes.jsonl.
+The file's own bytes are deterministic too: safetensors writes its metadata in the order of
+a Rust HashMap, random per process, so the header is rewritten with sorted keys.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from pathlib import Path
 
 import torch
@@ -32,11 +35,21 @@ def cpu_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: t.detach().cpu().clone() for name, t in module.state_dict().items()}
 
 
+def sorted_header(data: bytes) -> bytes:
+    """The same safetensors file with its JSON header's keys sorted and padded with spaces to
+    a multiple of 8 bytes, as the format requires (the tensor offsets are relative to the
+    data that follows the header, so they stay valid)."""
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.dumps(json.loads(data[8:8 + length]), sort_keys=True, separators=(",", ":"))
+    header += " " * (-len(header) % 8)
+    return struct.pack("<Q", len(header)) + header.encode() + data[8 + length:]
+
+
 def save_weights(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
     """Write a checkpoint atomically; returns its weights hash (also stored inside it)."""
     digest = weights_sha256(tensors)
     meta = {**{k: str(v) for k, v in metadata.items()}, "weights_sha256": digest}
-    data = save({k: v.contiguous() for k, v in tensors.items()}, metadata=meta)
+    data = sorted_header(save({k: v.contiguous() for k, v in tensors.items()}, metadata=meta))
     with atomic_open(path, "wb") as handle:
         handle.write(data)
     return digest
