@@ -246,8 +246,11 @@ def test_variant_trains_twice_to_one_chain_resumes_to_it_and_differs_from_dqn(
 def test_variant_knobs_at_their_defaults_leave_the_digest_as_before():
     params = load_params(PARAMS)
     config = resolve_run(params, "deterministic", 0)
-    # recorded before issue 13 added the DQN-family knobs: existing runs stay valid
-    assert config.digest() == "fc4f815d079d558414d9fc8673750e8b2283ff1e712f4c239ed23cd3ab4b901e"
+    # recorded before issue 13 added the DQN-family knobs, at the avx2 floor the default was
+    # then: existing runs stay valid; the default floor, now portable, is all that moved
+    avx2 = resolve_run(load_params(PARAMS, ["compute.cpu_isa=avx2"]), "deterministic", 0)
+    assert avx2.digest() == "fc4f815d079d558414d9fc8673750e8b2283ff1e712f4c239ed23cd3ab4b901e"
+    assert config.digest() == "8afe1e1bf389e0ee4cc454b579f8a7694b295f98dcddf11727aff4792d5b2c42"
     assert config.experiment_digest() == \
         "c39813aabab9e41007459fabdbd53a735e014672fd4bb819541116958a5cbecd"
     per = resolve_run(load_params(PARAMS, ["replay.prioritized=true"]), "deterministic", 0)
