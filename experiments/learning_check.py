@@ -28,15 +28,28 @@ from pathlib import Path
 import numpy as np
 
 from reprodqn.config.params import load_params  # noqa: E402
+from reprodqn.config.variants import preset_path  # noqa: E402
 from reprodqn.determinism import isa  # noqa: E402 -- the CPU floor must be set before torch loads
 
 ROOT = Path(__file__).resolve().parents[1]
-isa.apply(load_params(ROOT / "params.yaml").compute.cpu_isa)
+
+
+def floor_from_argv() -> str:
+    """The run's own compute.cpu_isa (its preset and --set included), read before torch loads."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--preset", default="dqn")
+    early.add_argument("--set", action="append", default=[])
+    known, _ = early.parse_known_args()
+    overlay = [preset_path(ROOT / "params.yaml", known.preset)] if known.preset != "dqn" else []
+    return load_params(ROOT / "params.yaml", known.set, overlay=overlay).compute.cpu_isa
+
+
+isa.apply(floor_from_argv())
 
 import torch  # noqa: E402
 
 from reprodqn.config.params import resolve_run  # noqa: E402
-from reprodqn.config.variants import PRESETS, algorithm_name, preset_path  # noqa: E402
+from reprodqn.config.variants import PRESETS, algorithm_name  # noqa: E402
 from reprodqn.core import workspace  # noqa: E402
 from reprodqn.core.atomic import write_text  # noqa: E402
 from reprodqn.core.events import CheckpointWritten  # noqa: E402
