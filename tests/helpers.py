@@ -54,6 +54,15 @@ def stop_after_first_resume_point(params, run_dir: Path) -> int:
     raise AssertionError("no resume point written")
 
 
+def train_command(runs: Path, overrides: list[str]) -> list[str]:
+    """`reprodqn train` of deterministic/0 into `runs`, as a subprocess's argv."""
+    argv = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "deterministic", "--run",
+            "0", "--params", str(PARAMS), "--runs-dir", str(runs)]
+    for item in overrides:
+        argv += ["--set", item]
+    return argv
+
+
 def cli_env(**extra: str) -> dict:
     """The environment for a subprocess: this venv's tools first on PATH."""
     env = dict(os.environ)

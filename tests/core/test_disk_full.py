@@ -7,24 +7,19 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
 
 from reprodqn.training import resume
-from tests.helpers import PARAMS, TINY, cli_env
+from tests.helpers import TINY, cli_env, train_command
 
 OVERRIDES = [*TINY, "train.steps=1200", "train.checkpoint_every=600",
              "train.resume_every=300"]
 
 
 def command(runs) -> list[str]:
-    argv = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "deterministic", "--run",
-            "0", "--params", str(PARAMS), "--runs-dir", str(runs)]
-    for item in OVERRIDES:
-        argv += ["--set", item]
-    return argv
+    return train_command(runs, OVERRIDES)
 
 
 @pytest.fixture

@@ -8,23 +8,18 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from reprodqn.core.run_lock import LOCK_NAME, WAIT_ENV
-from tests.helpers import PARAMS, TINY, cli_env
+from tests.helpers import TINY, cli_env, train_command
 
 OVERRIDES = [*TINY, "train.steps=2000", "train.resume_every=250"]
 
 
 def command(runs) -> list[str]:
-    argv = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "deterministic", "--run",
-            "0", "--params", str(PARAMS), "--runs-dir", str(runs)]
-    for item in OVERRIDES:
-        argv += ["--set", item]
-    return argv
+    return train_command(runs, OVERRIDES)
 
 
 @pytest.fixture(scope="module")
