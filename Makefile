@@ -7,6 +7,7 @@ VENV    := .venv
 BIN     := $(CURDIR)/$(VENV)/bin
 STAMP   := $(VENV)/.installed
 SMOKE   := build/smoke
+LAPTOP  ?= build/laptop
 UI_PORT ?= 5000
 IMAGE   ?= reprodqn:latest
 # make bundle RESUME=STEP ships this run's resume point at STEP
@@ -34,7 +35,8 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: venv repro select smoke smoke-workspace test test-slow test-slurm bench lint readme dvc-deps ui lock docker-build docker-run \
+.PHONY: venv repro select smoke smoke-workspace laptop laptop-workspace laptop-verify \
+        laptop-reference test test-slow test-slurm bench lint readme dvc-deps ui lock docker-build docker-run \
         bundle clean
 
 venv: $(STAMP)
@@ -57,15 +59,22 @@ repro: $(STAMP)
 select: $(STAMP)
 	dvc repro start_sequences/dvc.yaml
 
+# $(call fill-workspace,DIR): the pipeline's files in a scratch workspace; what it has made
+# (runs/, evaluations/, .dvc/cache) stays, so a study there resumes where it stopped.
+define fill-workspace
+	mkdir -p $(1)/start_sequences
+	cp dvc.yaml .dvcignore CITATION.cff $(1)/
+	[ -d $(1)/.dvc ] || { cp -r .dvc $(1)/.dvc && rm -rf $(1)/.dvc/tmp; }
+	cp start_sequences/dvc.yaml start_sequences/authors* $(1)/start_sequences/
+	rm -rf $(1)/src && cp -r src $(1)/src && find $(1)/src -name __pycache__ -prune -exec rm -rf {} +
+endef
+
 # The smoke workspace alone (make docker-run WORKSPACE=build/smoke runs it in the image).
 # PRESET=double|dueling|per|r2d2-priority|authors-2018|deepmind-2015|adam makes it for a preset
 # (presets/$(PRESET).yaml, applied before the smoke scale, presets/smoke.yaml).
 smoke-workspace: $(STAMP)
-	rm -rf $(SMOKE) && mkdir -p $(SMOKE)
-	cp dvc.yaml .dvcignore CITATION.cff $(SMOKE)/ && cp -r .dvc $(SMOKE)/.dvc && rm -rf $(SMOKE)/.dvc/tmp
-	mkdir -p $(SMOKE)/start_sequences && cp start_sequences/dvc.yaml start_sequences/authors* \
-	  $(SMOKE)/start_sequences/
-	cp -r src $(SMOKE)/src && find $(SMOKE)/src -name __pycache__ -prune -exec rm -rf {} +
+	rm -rf $(SMOKE)
+	$(call fill-workspace,$(SMOKE))
 	reprodqn params --params params.yaml $(if $(PRESET),--preset $(PRESET)) \
 	  --overlay presets/smoke.yaml --out $(SMOKE)/params.yaml
 
@@ -75,6 +84,27 @@ smoke: smoke-workspace
 	cd $(SMOKE) && MLFLOW_TRACKING_URI=sqlite:///$(MLFLOW_DB) \
 	  REPRODQN_MLFLOW_EXPERIMENT=reprodqn-smoke$(if $(PRESET),-$(PRESET)) dvc repro
 	@echo "smoke: report in $(SMOKE)/reports/report.md; MLflow: make ui"
+
+# The laptop study: the authors-2018 agent at the laptop scale (presets/laptop.yaml), about
+# 8 hours on 2 cores. Rerun to resume; LAPTOP=DIR puts the workspace elsewhere.
+laptop-workspace: $(STAMP)
+	$(call fill-workspace,$(LAPTOP))
+	reprodqn params --params params.yaml --preset authors-2018 --overlay presets/laptop.yaml \
+	  --out $(LAPTOP)/params.yaml
+
+laptop: laptop-workspace
+	cd $(LAPTOP) && MLFLOW_TRACKING_URI=sqlite:///$(MLFLOW_DB) \
+	  REPRODQN_MLFLOW_EXPERIMENT=reprodqn-laptop dvc repro
+	@echo "laptop: report in $(LAPTOP)/reports/report.md; check it: make laptop-verify"
+
+# Your laptop study against the committed reference: every run's chains and scores.
+laptop-verify: $(STAMP)
+	reprodqn verify --reference reference/laptop --root $(LAPTOP) --params $(LAPTOP)/params.yaml
+
+# Replace reference/laptop with the laptop study's bundle (no checkpoints or resume points);
+# for when results change on purpose. reference/laptop/README.md is kept.
+laptop-reference: $(STAMP)
+	cd $(LAPTOP) && reprodqn bundle --reference-dir $(CURDIR)/reference/laptop
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

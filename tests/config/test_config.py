@@ -9,7 +9,8 @@ import sys
 import pytest
 import yaml
 
-from reprodqn.config.params import GROUP_NAMES, load_params, resolve_run
+from reprodqn.config.params import load_params, resolve_run
+from reprodqn.config.study import GROUP_NAMES
 from reprodqn.core.errors import InputError
 from tests.helpers import PARAMS, cli_env
 
@@ -135,6 +136,20 @@ def test_study_rejects_too_few_seeds_and_unknown_groups(tmp_path):
         load_params(path)
     with pytest.raises(InputError, match="--run 5: expected 0..4"):
         resolve_run(load_params(PARAMS), "deterministic", 5)
+
+
+def test_a_group_can_be_left_out():
+    params = load_params(PARAMS, ["study.runs_per_group=2", "study.left_out=[gpu]"])
+    assert params.study.studied_groups() == [g for g in GROUP_NAMES if g != "gpu"]
+    assert params.study.run_ids()[:3] == [("deterministic", 0), ("deterministic", 1),
+                                          ("environment", 0)]
+    assert len(params.study.run_ids()) == 2 * 5
+    with pytest.raises(InputError, match="--group gpu: left out of this study"):
+        resolve_run(params, "gpu", 0)
+    with pytest.raises(InputError, match="unknown group 'cpu'"):
+        load_params(PARAMS, ["study.left_out=[cpu]"])
+    with pytest.raises(InputError, match="the deterministic group must be trained"):
+        load_params(PARAMS, ["study.left_out=[deterministic]"])
 
 
 def test_cli_reports_bad_input_in_one_line_without_traceback(tmp_path):

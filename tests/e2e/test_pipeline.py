@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reprodqn.config.params import GROUP_NAMES as GROUPS
+from reprodqn.config.study import GROUP_NAMES as GROUPS
 from tests.helpers import ROOT, TINY_OVERLAY, cli_env
 
 TINY_STUDY = {

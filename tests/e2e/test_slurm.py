@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reprodqn.config.params import GROUP_NAMES as GROUPS
+from reprodqn.config.study import GROUP_NAMES as GROUPS
 from reprodqn.core.errors import InputError
 from tests.helpers import PARAMS, TINY, TINY_OVERLAY, cli_env
 

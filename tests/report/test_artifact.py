@@ -113,3 +113,28 @@ def test_an_invalid_citation_is_one_line_naming_the_field(tmp_path, change, mess
     with pytest.raises(InputError, match=message) as error:
         citation.citation(tmp_path, None, "2026-01-01")
     assert "\n" not in str(error.value) and "CITATION.cff" in str(error.value)
+
+
+def test_a_reference_copy_holds_the_results_not_the_code_and_keeps_its_readme(tmp_path):
+    root = tmp_path / "study"
+    for name, text in {**STUDY_FILES, "dvc.lock": "schema: '2.0'\n",
+                       "runs/deterministic/0/checkpoints/step-000000000.safetensors": "w",
+                       "resume-points/deterministic/0/latest.json": "{}\n"}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    out = tmp_path / "reference" / "laptop"
+    out.mkdir(parents=True)
+    (out / "README.md").write_text("how this reference was made\n")
+    (out / "stale.txt").write_text("from an older reference\n")
+    info = bundle.write_reference(root, out)
+    shipped = set(manifest(out))
+    assert shipped == {"dvc.yaml", "dvc.lock", "params.yaml", "runs/deterministic/0/hashes.jsonl",
+                       "runs/deterministic/0/conditions.json", "reports/report.html",
+                       "evaluations/deterministic/0/eval.csv", "results/conditions.json",
+                       "results/sbom.cdx.json"}
+    assert info["files"] == len(shipped) and bundle.check_manifest(out) == []
+    assert (out / "README.md").read_text() == "how this reference was made\n"
+    assert not (out / "stale.txt").exists() and not (out / "src").exists()
+    assert not out.with_name("laptop.tmp").exists() and not out.with_name("laptop.old").exists()
+    (out / "runs/deterministic/0/hashes.jsonl").write_text('{"step": 1}\n')
+    assert bundle.check_manifest(out) == ["runs/deterministic/0/hashes.jsonl"]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from reprodqn.config.study import GroupConfig, StudyConfig
 from reprodqn.forensics import verify
 from reprodqn.report import analysis, writer
 from tests.helpers import fake_run, fake_study
@@ -79,6 +80,27 @@ def test_write_report_produces_every_output(tmp_path):
     curves = (tmp_path / "learning_curves.csv").read_text().splitlines()
     assert curves[0] == "step,deterministic,gpu,environment,exploration,initialization,minibatch"
     assert curves[2].startswith("100,5.0,5.0,4.0,7.0,5.0,")
+
+
+def test_a_study_without_the_gpu_group_names_its_departures_and_the_tests_power(tmp_path):
+    from reprodqn.config.explain import departures
+    from reprodqn.config.params import load_params
+    from tests.helpers import PARAMS
+
+    params = load_params(PARAMS, ["study.runs_per_group=2", "study.left_out=[gpu]",
+                                  "agent.update_every=2"])
+    study = {g: runs[:2] for g, runs in fake_study().items() if g != "gpu"}
+    summary = writer.write_report(study, tmp_path, departures=departures(params))
+    text = (tmp_path / "report.md").read_text()
+    assert "| `agent.update_every` | 2 | 4 | Agent steps between updates. |" in text
+    assert "| `study.runs_per_group` | 2 | 5 |" in text
+    assert "The gpu group is left out" in text
+    # F(1, 1) at alpha 0.1, two-sided: 161.4 (tables); F(4, 4): 6.39
+    assert "more than 161.4x the other (the paper's 5 runs: 6.4x)" in text
+    assert "gpu" not in summary["metrics"]["table1"]
+    assert " | - (141.90) | " in (tmp_path / "table1.md").read_text()  # gpu: the paper only
+    writer.write_report(fake_study(), tmp_path / "paper")
+    assert "Departures from the paper" not in (tmp_path / "paper" / "report.md").read_text()
 
 
 def test_report_quotes_the_nondeterminism_audit(tmp_path):
@@ -159,7 +181,9 @@ def test_verify_reports_identical_or_the_first_divergence_and_condition_changes(
             ("gpu", 0): ("a", 1)}
     make_workspace(ours, runs)
     shutil.copytree(ours, theirs)
-    result = verify.verify(ours, theirs, ["deterministic", "gpu"], 2)
+    study = StudyConfig(runs_per_group=2, groups={"deterministic": GroupConfig(),
+                                                   "gpu": GroupConfig()})
+    result = verify.verify(ours, theirs, study)
     assert result["identical"] and result["runs_compared"] == 3
     hashes = theirs / "runs" / "gpu" / "0" / "hashes.jsonl"
     hashes.write_text(hashes.read_text().replace("a100", "b100"))
@@ -167,7 +191,7 @@ def test_verify_reports_identical_or_the_first_divergence_and_condition_changes(
     conditions["packages"]["torch"] = "2.12.0"
     conditions["memory_bytes"] = 2
     (theirs / "results" / "conditions.json").write_text(json.dumps(conditions))
-    result = verify.verify(ours, theirs, ["deterministic", "gpu"], 2)
+    result = verify.verify(ours, theirs, study)
     assert not result["identical"]
     assert result["first_divergence"] == {"group": "gpu", "run": 0, "step": 100,
                                           "chain": "weights"}

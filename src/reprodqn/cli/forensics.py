@@ -90,8 +90,7 @@ def cmd_verify(args) -> int:
         print(verify.spot_check_summary(result))
         return 0 if result["identical"] else 1
     params = _load(args)
-    result = verify.verify(args.root, args.reference, params.study.groups,
-                           params.study.runs_per_group)
+    result = verify.verify(args.root, args.reference, params.study)
     print(verify.summary(result))
     return 0 if result["identical"] else 1
 

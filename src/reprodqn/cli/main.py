@@ -164,19 +164,21 @@ def cmd_study(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from reprodqn.config.explain import departures
     from reprodqn.config.variants import algorithm_name
     from reprodqn.core.atomic import read_json
     from reprodqn.report import writer
     from reprodqn.study import mlflow_store, tracking
 
     params = _load(args)
-    study = writer.load_study(args.root, params.study.groups, params.study.runs_per_group)
+    study = writer.load_study(args.root, params.study)
     audit_path = args.root / workspace.RESULTS / workspace.AUDIT
     audit = read_json(audit_path, "audit record") if audit_path.exists() else None
     algorithm = algorithm_name(params)
     summary = writer.write_report(study, args.out_dir, scale_note=writer.scale_note(params),
                                   audit=audit, algorithm=algorithm,
-                                  optimizer=params.agent.optimizer)
+                                  optimizer=params.agent.optimizer,
+                                  departures=departures(params))
     if mlflow_store.enabled() and not args.no_track:
         files = sorted(p for p in args.out_dir.iterdir() if p.is_file())
         tracking.log_study(params, workspace.current_fingerprint(), summary["metrics"], files)
@@ -188,6 +190,11 @@ def cmd_report(args) -> int:
 def cmd_bundle(args) -> int:
     from reprodqn.report import bundle
 
+    if args.reference_dir is not None:
+        info = bundle.write_reference(Path("."), args.reference_dir)
+        print(f"bundle: {info['files']} files, {info['bytes'] / 1e6:.1f} MB, unpacked without "
+              f"code, checkpoints or resume points -> {args.reference_dir}", file=sys.stderr)
+        return 0
     info = bundle.write(Path("."), args.out, args.checkpoints)
     print(f"bundle: {info['files']} files, {info['bytes'] / 1e6:.1f} MB, sha256 "
           f"{info['sha256']} -> {args.out}", file=sys.stderr)
@@ -272,6 +279,9 @@ def _add_tools(sub) -> None:
     p = _stage(sub, "bundle", "one archive of the study for a paper to link to", cmd_bundle)
     p.add_argument("--out", type=Path, default=Path("dist/reprodqn-bundle.tar.gz"))
     p.add_argument("--checkpoints", action="store_true", help="include every checkpoint")
+    p.add_argument("--reference-dir", type=Path, default=None, metavar="DIR",
+                   help="write the results unpacked into DIR, without code, checkpoints or "
+                        "resume points (a reference copy to commit, e.g. reference/laptop)")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reprodqn", description=__doc__.splitlines()[0])

@@ -82,3 +82,24 @@ def explain(params: Params, params_path: Path, section: str = "") -> str:
                 lines.append(f"      source: {comments[f'{name}.{key}']}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def departures(params: Params) -> list[dict]:
+    """Every value in force that differs from its default, the paper's or the authors'
+    code's as params.yaml gives them: a study's scale and agent in one list, for its
+    report. The groups' own overrides are the study's design, not departures."""
+    found = []
+
+    def walk(model: BaseModel, prefix: str) -> None:
+        for key, field in type(model).model_fields.items():
+            value = getattr(model, key)
+            if isinstance(value, BaseModel):
+                walk(value, f"{prefix}{key}.")
+            elif key != "groups" and not field.is_required():
+                default = field.get_default(call_default_factory=True)
+                if value != default:
+                    found.append({"key": f"{prefix}{key}", "value": value,
+                                  "default": default, "what": field.description or ""})
+
+    walk(params, "")
+    return found

@@ -14,13 +14,13 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from reprodqn.config import sources
 from reprodqn.config.selection import RankerConfig, StartStatesConfig
+from reprodqn.config.study import StudyConfig
 from reprodqn.config.types import Frozen, PositiveInt, Probability, Seed
 from reprodqn.config.variants import VARIANT_DEFAULTS, check_n_step
 from reprodqn.core.digests import json_digest
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import rng
 
-GROUP_NAMES = ("deterministic", "gpu", "environment", "exploration", "initialization", "minibatch")
 
 class EnvConfig(Frozen):
     """Breakout through ale-py: frame skip, preprocessing, no-ops, sticky actions."""
@@ -191,45 +191,6 @@ class ComputeConfig(Frozen):
     )
 
 
-class GroupConfig(Frozen):
-    """One group of the study: the seed it varies and the settings it changes."""
-
-    vary: Literal[*rng.RUN_STREAMS] | None = Field(
-        None, description="The seed that differs between this group's runs, if any."
-    )
-    seeds: list[Seed] = Field(default_factory=list, description="Run r uses seeds[r].")
-    set: dict[str, bool | int | float | str] = Field(
-        default_factory=dict, description="Dotted overrides of the base config for this group."
-    )
-
-    @model_validator(mode="after")
-    def _varied_seed_not_set(self) -> GroupConfig:
-        if self.vary and f"seeds.{self.vary}" in self.set:
-            raise ValueError(f"set.seeds.{self.vary}: this group varies {self.vary}, so its "
-                             f"runs take it from seeds, not set")
-        return self
-
-
-class StudyConfig(Frozen):
-    """The six-group sensitivity study of the paper."""
-
-    runs_per_group: PositiveInt = Field(5, description="Agents trained per group.")
-    groups: dict[str, GroupConfig] = Field(description="The six groups of the paper.")
-
-    @model_validator(mode="after")
-    def _groups_are_the_papers(self) -> StudyConfig:
-        unknown = sorted(set(self.groups) - set(GROUP_NAMES))
-        if unknown:
-            raise ValueError(f"unknown group {unknown[0]!r} (expected {', '.join(GROUP_NAMES)})")
-        for name, group in self.groups.items():
-            if group.vary and len(group.seeds) < self.runs_per_group:
-                raise ValueError(
-                    f"group {name!r} varies {group.vary} but lists {len(group.seeds)} seeds "
-                    f"for {self.runs_per_group} runs"
-                )
-        return self
-
-
 class EvaluationConfig(Frozen):
     """The paper's evaluation protocol: greedy episodes from start states."""
 
@@ -341,7 +302,7 @@ def load_params(path: str | Path = "params.yaml", overrides: list[str] | tuple =
         sources.set_dotted(raw, key, value, source=f"--set {item}")
         origin[key] = f"--set {item}"
     params = _validate(Params, raw, str(path), origin)
-    for group in params.study.groups:  # every group's run config, not only the one run now
+    for group in params.study.studied_groups():  # every group's config, not only this run's
         resolve_run(params, group, 0)
     return params
 
@@ -350,8 +311,11 @@ def resolve_run(params: Params, group: str, run: int) -> RunConfig:
     """The config of run `run` of `group`: group overrides applied, the varied seed set."""
     if group not in params.study.groups:
         raise InputError(f"--group {group}: expected one of {', '.join(params.study.groups)}")
-    if not 0 <= run < params.study.runs_per_group:
-        raise InputError(f"--run {run}: expected 0..{params.study.runs_per_group - 1}")
+    runs = params.study.runs(group)
+    if not runs:
+        raise InputError(f"--group {group}: left out of this study (study.left_out)")
+    if not 0 <= run < runs:
+        raise InputError(f"--run {run}: expected 0..{runs - 1}")
     spec = params.study.groups[group]
     raw = {name: getattr(params, name).model_dump() for name in RUN_SECTIONS}
     raw.update(group=group, run=run)

@@ -26,16 +26,17 @@ def check_bundle(reference: Path) -> None:
                              f"MANIFEST.sha256 (first: {bad[0]})")
 
 
-def verify(ours: Path, reference: Path, groups, runs_per_group: int) -> dict:
-    """Compare every run's chains and evaluation results with the reference copy's."""
+def verify(ours: Path, reference: Path, study) -> dict:
+    """Compare every run's chains and evaluation results with the reference copy's
+    (`study`: params.study, which groups and runs there are)."""
 
     reference = Path(reference)
     check_bundle(reference)
-    mine = load_study(ours, groups, runs_per_group)
-    theirs = load_study(reference, groups, runs_per_group)
+    mine = load_study(ours, study)
+    theirs = load_study(reference, study)
     first = None
     compared = 0
-    for group in groups:
+    for group in mine:
         for a, b in zip(mine[group], theirs[group], strict=True):
             if not a.hashes and not b.hashes:
                 continue

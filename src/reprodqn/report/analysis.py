@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reprodqn.config.params import GROUP_NAMES
+from reprodqn.config.study import GROUP_NAMES
 from reprodqn.core import workspace
 
 # Table 1 of the paper (Breakout, 5 agents per group, 20M steps)
@@ -115,6 +115,14 @@ def variance_tests(study: dict[str, list[RunResult]]) -> list[dict]:
             entry["significant"] = entry["f_p"] is not None and entry["f_p"] < ALPHA
             tests.append(entry)
     return tests
+
+
+def f_threshold(runs: int) -> float:
+    """The variance ratio two groups of `runs` runs each must exceed for the two-sided
+    F-test to call them different at ALPHA: its power at this many runs."""
+    from scipy import stats
+
+    return float(stats.f.ppf(1 - ALPHA / 2, runs - 1, runs - 1))
 
 
 # ---------------------------------------------------------------------------------------------

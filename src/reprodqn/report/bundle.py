@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -94,6 +95,47 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
         with atomic_open(out.parent / name, "wb") as handle:
             handle.write(contents[name])
     return {"files": len(contents), "bytes": out.stat().st_size, "sha256": sha256_file(out)}
+
+
+# a reference copy (reference/laptop/) holds the results and what made them, not the code:
+# the repository it sits in has that. Its README.md is written by hand and kept.
+REFERENCE_PROJECT_FILES = ("params.yaml", "dvc.yaml", "dvc.lock")
+REFERENCE_KEPT = ("README.md",)
+
+
+def reference_files(root: Path) -> list[Path]:
+    """The bundle's files less code, checkpoints, resume points and the authors' start
+    sequences (the repository ships those)."""
+    project = set(PROJECT_FILES) - set(REFERENCE_PROJECT_FILES)
+    return [f for f in collect(root, checkpoints=False)
+            if f.parts[0] not in PROJECT_DIRS and f.as_posix() not in project
+            and f.parts[0] != workspace.RESUME_POINTS.name
+            and not (f.parts[0] == workspace.START_SEQUENCES.name
+                     and (f.name.startswith("authors") or f.name == "dvc.yaml"))]
+
+
+def write_reference(root: Path, out: Path) -> dict:
+    """The study's results unpacked in `out` with a MANIFEST.sha256 over them, for a
+    repository to commit and `verify --reference` to check. The old copy is replaced only
+    once the new one is whole."""
+    root, out = Path(root), Path(out)
+    files = reference_files(root)
+    staging, old = out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")
+    shutil.rmtree(staging, ignore_errors=True)
+    for name in files:
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / name, staging / name)
+    manifest = "".join(f"{sha256_file(staging / f)}  {f.as_posix()}\n" for f in sorted(files))
+    (staging / "MANIFEST.sha256").write_text(manifest)
+    for name in REFERENCE_KEPT:
+        if (out / name).exists():
+            shutil.copyfile(out / name, staging / name)
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        out.rename(old)
+    staging.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+    return {"files": len(files), "bytes": sum((out / f).stat().st_size for f in files)}
 
 
 def metadata(root: Path, files: list[Path]) -> dict[str, bytes]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reprodqn.config.params import GROUP_NAMES
+from reprodqn.config.study import GROUP_NAMES
 
 
 def _plt():

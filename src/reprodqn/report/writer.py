@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reprodqn.config.params import GROUP_NAMES
+from reprodqn.config.study import GROUP_NAMES
 from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json, write_json, write_text
 from reprodqn.evaluation import blindness
@@ -22,6 +22,7 @@ from reprodqn.report.analysis import (
     PAPER_TABLE1,
     RunResult,
     device_statement,
+    f_threshold,
     group_divergence,
     table1,
     variance_tests,
@@ -44,12 +45,13 @@ def load_run(run_dir: Path, eval_dir: Path, group: str, run: int) -> RunResult:
     return result
 
 
-def load_study(root: Path, groups, runs_per_group: int) -> dict[str, list[RunResult]]:
-    """Every run of a workspace (or an unpacked bundle): runs/ and evaluations/."""
+def load_study(root: Path, study) -> dict[str, list[RunResult]]:
+    """Every run of a workspace (or an unpacked bundle): runs/ and evaluations/, for each
+    group the study trains (`study`: params.study)."""
     root = Path(root)
     return {g: [load_run(workspace.run_dir(root / workspace.RUNS, g, r),
                          workspace.eval_dir(root / workspace.EVALUATIONS, g, r), g, r)
-                for r in range(runs_per_group)] for g in groups}
+                for r in range(study.runs(g))] for g in study.studied_groups()}
 
 
 def scale_note(params) -> str:
@@ -120,7 +122,10 @@ def learning_curves_runs_csv(study) -> str:
 
 
 def write_report(study, out_dir: Path, scale_note: str = "", audit: dict | None = None,
-                 algorithm: str = "DQN", optimizer: str = "rmsprop") -> dict:
+                 algorithm: str = "DQN", optimizer: str = "rmsprop",
+                 departures: list[dict] = ()) -> dict:
+    """Table 1, figures, variance tests and the report (markdown and HTML) of a study;
+    `departures`: config.explain.departures of its params, named in the report."""
     out_dir = Path(out_dir)
     table = table1(study)
     tests = variance_tests(study)
@@ -152,7 +157,8 @@ def write_report(study, out_dir: Path, scale_note: str = "", audit: dict | None 
     }
     write_json(out_dir / "metrics.json", metrics)
     markdown = report_markdown(study, table, tests, replicability, device, scale_note, parting,
-                               audit, algorithm, blindness.report_lines(study, optimizer))
+                               audit, algorithm, blindness.report_lines(study, optimizer),
+                               departure_lines(departures))
     write_text(out_dir / "report.md", markdown)
     write_text(out_dir / "report.html", html.render(markdown, out_dir))
     return {"metrics": metrics, "figures": [str(p) for p in figures]}
@@ -201,7 +207,8 @@ def divergence_lines(parting: dict[str, dict], device: dict) -> list[str]:
 
 def report_markdown(study, table, tests, replicability, device, scale_note: str,
                     parting: dict | None = None, audit: dict | None = None,
-                    algorithm: str = "DQN", probe_lines: list[str] = ()) -> str:
+                    algorithm: str = "DQN", probe_lines: list[str] = (),
+                    design_lines: list[str] = ()) -> str:
     runs = sum(1 for runs in study.values() for r in runs if r.steps)
     lines = [f"# Report: deterministic {algorithm} on Breakout", ""]
     if scale_note:
@@ -211,7 +218,7 @@ def report_markdown(study, table, tests, replicability, device, scale_note: str,
               "Ours, with the paper's value in parentheses. Best: each run's highest "
               "checkpoint score; final: its last. Population standard deviations.", "",
               table1_markdown(table), "",
-              *start_states_lines(study), "",
+              *design_lines, *start_states_lines(study), "",
               "![Figure 1: mean evaluation score per group](figure1.png)", "",
               *divergence_lines(parting or {}, device), *probe_lines,
               "## Replicability (after Chen et al.)", ""]
@@ -242,13 +249,46 @@ def report_markdown(study, table, tests, replicability, device, scale_note: str,
         lines.append(f"| {t['scores']} | {t['groups'][0]} vs {t['groups'][1]} | "
                      f"{_cell(t['f_statistic'])} | {_cell(t['f_p'])}{star} | "
                      f"{_cell(t['bf_statistic'])} | {_cell(t['bf_p'])} | {t['note']} |")
-    lines += ["", *conditions_lines(study), *audit_lines(audit),
+    lines += ["", *power_lines(study), *conditions_lines(study), *audit_lines(audit),
               "## Figures", "",
               "![Figure 2: the deterministic agent on start state 0](figure2_start_state.png)",
               "", "![Figure 4: the deterministic agent on every start state]"
               "(figure4_start_states.png)", "",
               "Each figure is also a PDF beside its PNG.", ""]
     return "\n".join(lines)
+
+
+def departure_lines(departures: list[dict]) -> list[str]:
+    """The study's departures from params.yaml's defaults (the paper's values, or the
+    authors' code's where the paper gives none), one row each."""
+    if not departures:
+        return []
+    lines = ["### Departures from the paper", "",
+             "Every value this study ran with that differs from params.yaml's default (the "
+             "paper's value, or the authors' code's where the paper gives none).", "",
+             "| knob | this study | default | what it is |", "|---|---|---|---|"]
+    for d in departures:
+        lines.append(f"| `{d['key']}` | {d['value']} | {d['default']} | {d['what']} |")
+    left_out = next((d["value"] for d in departures if d["key"] == "study.left_out"), [])
+    if "gpu" in left_out:
+        lines += ["", "The gpu group is left out: it differs from the deterministic group only "
+                  "in allowing nondeterministic GPU kernels, so on a CPU it would train the "
+                  "deterministic group's runs again (its Table 1 column shows only the "
+                  "paper's values)."]
+    return [*lines, ""]
+
+
+def power_lines(study) -> list[str]:
+    """How large a variance ratio the F-test can detect at this study's runs per group."""
+    sizes = sorted({len([r for r in runs if r.steps]) for runs in study.values()} - {0, 1})
+    if not sizes:
+        return []
+    n = sizes[0]
+    return [f"With {n} runs per group the F-test has ({n - 1}, {n - 1}) degrees of freedom: "
+            f"two nonzero variances are told apart at alpha = {ALPHA} only when one is more "
+            f"than {f_threshold(n):.1f}x the other (the paper's 5 runs: "
+            f"{f_threshold(5):.1f}x). A zero variance (the deterministic group) differs "
+            "from any nonzero one.", ""]
 
 
 def conditions_lines(study) -> list[str]:

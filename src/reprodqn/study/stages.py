@@ -25,20 +25,19 @@ def study_jobs(params, stage: str, params_argv: list[str], runs: Path,
 
     fingerprint = workspace.current_fingerprint()
     jobs = []
-    for group in params.study.groups:
-        for run in range(params.study.runs_per_group):
-            config = resolve_run(params, group, run)
-            argv = [stage, "--group", group, "--run", str(run), *params_argv,
-                    "--runs-dir", str(runs.resolve())]
-            if stage == "train":
-                if workspace.is_finished(workspace.run_dir(runs, group, run), config.digest(),
-                                         fingerprint):
-                    continue
-                argv += ["--restart", "--track"]
-            else:
-                argv += ["--evaluations-dir", str(evaluations.resolve()), "--workers", "1",
-                         "--track"]
-            jobs.append(Job(f"{group}/{run}", argv, job_environment(params.compute.threads)))
+    for group, run in params.study.run_ids():
+        config = resolve_run(params, group, run)
+        argv = [stage, "--group", group, "--run", str(run), *params_argv,
+                "--runs-dir", str(runs.resolve())]
+        if stage == "train":
+            if workspace.is_finished(workspace.run_dir(runs, group, run), config.digest(),
+                                     fingerprint):
+                continue
+            argv += ["--restart", "--track"]
+        else:
+            argv += ["--evaluations-dir", str(evaluations.resolve()), "--workers", "1",
+                     "--track"]
+        jobs.append(Job(f"{group}/{run}", argv, job_environment(params.compute.threads)))
     return jobs
 
 
@@ -47,7 +46,7 @@ def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluation
     """Run every unfinished job of the stage and wait; one line names any that failed."""
     label = f"study {stage}"
     jobs = study_jobs(params, stage, params_argv, runs, evaluations)
-    total = len(params.study.groups) * params.study.runs_per_group
+    total = len(params.study.run_ids())
     if len(jobs) < total:
         print(f"{label}: {total - len(jobs)} of {total} runs already finished with these "
               "params and conditions", file=sys.stderr)

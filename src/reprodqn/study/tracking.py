@@ -111,10 +111,10 @@ def study_run(params, fingerprint: str | None) -> str:
         client.update_run(existing.info.run_id, status="RUNNING")
         return existing.info.run_id
     tags = {**identity, "mlflow.runName": "study", f"{TAG}algorithm": algorithm_name(params),
-            f"{TAG}groups": ",".join(params.study.groups),
+            f"{TAG}groups": ",".join(params.study.studied_groups()),
             f"{TAG}runs_per_group": str(params.study.runs_per_group),
-            "mlflow.note.content": f"The study: {len(params.study.groups)} groups x "
-                                   f"{params.study.runs_per_group} runs; the report is "
+            "mlflow.note.content": f"The study: {len(params.study.studied_groups())} groups, "
+                                   f"{len(params.study.run_ids())} runs; the report is "
                                    "under this run's artifacts, report/report.html."}
     return client.create_run(experiment, tags=tags).info.run_id
 
