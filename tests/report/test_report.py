@@ -94,7 +94,7 @@ def test_a_study_without_the_gpu_group_names_its_departures_and_the_tests_power(
     text = (tmp_path / "report.md").read_text()
     assert "| `agent.update_every` | 2 | 4 | Agent steps between updates. |" in text
     assert "| `study.runs_per_group` | 2 | 5 |" in text
-    assert "The gpu group is left out" in text
+    assert "The gpu group is left out" in text and "and left the gpu group out." in text
     # F(1, 1) at alpha 0.1, two-sided: 161.4 (tables); F(4, 4): 6.39
     assert "more than 161.4x the other (the paper's 5 runs: 6.4x)" in text
     assert "gpu" not in summary["metrics"]["table1"]

@@ -218,6 +218,9 @@ def device_statement(study: dict[str, list[RunResult]]) -> dict:
     if on_gpu:
         text = (f"The study ran on {', '.join(names)}. The gpu group allowed nondeterministic "
                 "GPU operations.")
+    elif "gpu" not in study:
+        text = ("The study ran on the CPU, which has no GPU nondeterminism to show, and left "
+                "the gpu group out.")
     else:
         text = ("The study ran on the CPU, which has no GPU nondeterminism to show: the gpu "
                 "group turned deterministic algorithms off, but its CPU kernels are "

@@ -30,7 +30,8 @@ def figure1(study, out_dir: Path) -> list[Path]:
         runs = [r for r in study.get(group, []) if r.steps]
         ax.set_title(group)
         if not runs:
-            ax.text(0.5, 0.5, "no runs", ha="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, "no runs" if group in study else "left out of this study\n"
+                    "(study.left_out)", ha="center", transform=ax.transAxes)
             continue
         steps = np.array(runs[0].steps)
         curves = np.stack([r.curve for r in runs if len(r.steps) == len(steps)])
