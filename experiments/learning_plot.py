@@ -6,6 +6,9 @@ uniform-random policy as baselines (experiments/learning_check.py writes the inp
     .venv/bin/python experiments/learning_plot.py --out docs/learning-check.png \\
         --dopamine docs/learning/dopamine-breakout.json \\
         "authors-2018=docs/learning/authors-2018/learning_check.jsonl"
+
+--markdown FILE writes the same runs as the README's table (score, distinct greedy actions
+and Q's spread per checkpoint).
 """
 
 from __future__ import annotations
@@ -49,6 +52,24 @@ def draw_dopamine(ax, path: Path, last_step: int) -> None:
                 label=f"{name}: training return, sticky actions")
 
 
+def markdown_table(runs: list[tuple[str, list[dict]]]) -> str:
+    """The README's table: per checkpoint, each run's score, distinct greedy actions and Q
+    spread ('—' where a run has not reached the step)."""
+    head = ["step"] + [f"{h}" for label, _ in runs
+                       for h in (f"{label} score", "actions", "Q spread")]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    by_step = [{line["step"]: line for line in lines} for _, lines in runs]
+    for step in sorted({step for lines in by_step for step in lines}):
+        cells = [f"{step // 1000}K"]
+        for lines in by_step:
+            line = lines.get(step)
+            cells += (["—"] * 3 if line is None else
+                      [f"{line['score']:.2f}", str(line["greedy_actions"]),
+                       f"{line['q_spread']:.2g}"])
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", metavar="LABEL=JSONL")
@@ -59,6 +80,8 @@ def main() -> None:
     parser.add_argument("--dopamine", type=Path, default=None,
                         help="docs/learning/dopamine-breakout.json: their per-iteration "
                              "training returns, drawn on the score panel")
+    parser.add_argument("--markdown", type=Path, default=None,
+                        help="also write the runs as the README's markdown table here")
     args = parser.parse_args()
     runs = []
     for item in args.runs:
@@ -66,6 +89,8 @@ def main() -> None:
         if not sep:
             sys.exit(f"{item}: expected LABEL=path/to/learning_check.jsonl")
         runs.append((label, read(Path(path))))
+    if args.markdown:
+        args.markdown.write_text(markdown_table(runs))
     fig, axes = plt.subplots(1, 4, figsize=(18, 5.2))
     for ax, (key, name) in zip(axes, PANELS, strict=True):
         for colour, (label, lines) in enumerate(runs):
