@@ -98,6 +98,9 @@ def test_a_study_without_the_gpu_group_names_its_departures_and_the_tests_power(
     # F(1, 1) at alpha 0.1, two-sided: 161.4 (tables); F(4, 4): 6.39
     assert "more than 161.4x the other (the paper's 5 runs: 6.4x)" in text
     assert "gpu" not in summary["metrics"]["table1"]
+    tests = json.loads((tmp_path / "variance_tests.json").read_text())
+    assert all(t["bf_p"] is None for t in tests)  # degenerate at 2 runs: not computed
+    assert "Brown-Forsythe needs 3 runs per group" in text
     assert " | - (141.90) | " in (tmp_path / "table1.md").read_text()  # gpu: the paper only
     writer.write_report(fake_study(), tmp_path / "paper")
     assert "Departures from the paper" not in (tmp_path / "paper" / "report.md").read_text()

@@ -33,6 +33,8 @@ METRICS = {
     "final_std": "Std (final)", "final_rsd": "Relative std (final), %",
 }
 ALPHA = 0.1  # the paper's significance level for variance comparisons
+# with 2 runs both absolute deviations from the median are equal: no spread within a group
+BF_MIN_RUNS = 3
 
 
 @dataclass
@@ -109,9 +111,13 @@ def variance_tests(study: dict[str, list[RunResult]]) -> list[dict]:
             else:
                 f = var_x / var_y
                 cdf = stats.f.cdf(f, len(x) - 1, len(y) - 1)
-                bf = stats.levene(x, y, center="median")
                 entry.update(f_statistic=float(f), f_p=float(2 * min(cdf, 1 - cdf)),
-                             bf_statistic=float(bf.statistic), bf_p=float(bf.pvalue), note="")
+                             bf_statistic=None, bf_p=None, note="")
+                if min(len(x), len(y)) >= BF_MIN_RUNS:
+                    bf = stats.levene(x, y, center="median")
+                    entry.update(bf_statistic=float(bf.statistic), bf_p=float(bf.pvalue))
+                else:
+                    entry["note"] = f"Brown-Forsythe needs {BF_MIN_RUNS} runs per group"
             entry["significant"] = entry["f_p"] is not None and entry["f_p"] < ALPHA
             tests.append(entry)
     return tests
