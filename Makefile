@@ -86,7 +86,7 @@ smoke: smoke-workspace
 	@echo "smoke: report in $(SMOKE)/reports/report.md; MLflow: make ui"
 
 # The laptop study: the authors-2018 agent at the laptop scale (presets/laptop.yaml), about
-# 8 hours on 2 cores. Rerun to resume; LAPTOP=DIR puts the workspace elsewhere.
+# 5.5 hours on 2 cores. Rerun to resume; LAPTOP=DIR puts the workspace elsewhere.
 laptop-workspace: $(STAMP)
 	$(call fill-workspace,$(LAPTOP))
 	reprodqn params --params params.yaml --preset authors-2018 --overlay presets/laptop.yaml \

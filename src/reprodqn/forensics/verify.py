@@ -14,16 +14,16 @@ from reprodqn.report.writer import load_study
 
 def check_bundle(reference: Path) -> None:
     """An unpacked bundle must match its manifest before anything is compared with it."""
-    from reprodqn.report.bundle import check_manifest
+    from reprodqn.report.bundle import MANIFEST, check_manifest
 
     if not reference.is_dir():
         raise InputError(f"{reference}: not a directory (expected a workspace or an "
                          "unpacked bundle)")
-    if (reference / "MANIFEST.sha256").exists():
+    if (reference / MANIFEST).exists():
         bad = check_manifest(reference)
         if bad:
             raise InputError(f"{reference}: {len(bad)} files do not match the bundle's "
-                             f"MANIFEST.sha256 (first: {bad[0]})")
+                             f"{MANIFEST} (first: {bad[0]})")
 
 
 def verify(ours: Path, reference: Path, study) -> dict:

@@ -32,6 +32,12 @@ PROJECT_FILES = ("README.md", "CITATION.cff", "Makefile", "Dockerfile", ".docker
 PROJECT_DIRS = ("src", "tests", "tools", "bench", "experiments", ".ci", "presets")
 ROOT = "reprodqn-bundle"
 METADATA = ("CITATION.cff", "ro-crate-metadata.json")  # written by the bundle, for archives
+MANIFEST = "MANIFEST.sha256"
+
+
+def manifest_text(hashes: dict[str, str]) -> str:
+    """The manifest: `sha256  name` per file, sorted by name (sha256sum's format)."""
+    return "".join(f"{hashes[name]}  {name}\n" for name in sorted(hashes))
 
 
 def _tracked(root: Path) -> list[Path]:
@@ -80,14 +86,14 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
     contents.update(metadata(root, files))
     hashes = {name: sha256_file(root / name) if data is None else sha256_bytes(data)
               for name, data in contents.items()}
-    manifest = "".join(f"{hashes[name]}  {name}\n" for name in sorted(contents))
+    manifest = manifest_text(hashes)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(contents):
             data = (root / name).read_bytes() if contents[name] is None else contents[name]
             tar.addfile(_info(f"{ROOT}/{name}", len(data)), io.BytesIO(data))
         data = manifest.encode()
-        tar.addfile(_info(f"{ROOT}/MANIFEST.sha256", len(data)), io.BytesIO(data))
+        tar.addfile(_info(f"{ROOT}/{MANIFEST}", len(data)), io.BytesIO(data))
     with atomic_open(out, "wb") as handle, \
             gzip.GzipFile(fileobj=handle, mode="wb", mtime=0, filename="") as gz:
         gz.write(buffer.getvalue())
@@ -125,8 +131,8 @@ def write_reference(root: Path, out: Path) -> dict:
     for name in files:
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / name, staging / name)
-    manifest = "".join(f"{sha256_file(staging / f)}  {f.as_posix()}\n" for f in sorted(files))
-    (staging / "MANIFEST.sha256").write_text(manifest)
+    (staging / MANIFEST).write_text(manifest_text({f.as_posix(): sha256_file(staging / f)
+                                                   for f in files}))
     for name in REFERENCE_KEPT:
         if (out / name).exists():
             shutil.copyfile(out / name, staging / name)
@@ -168,7 +174,7 @@ def _info(name: str, size: int) -> tarfile.TarInfo:
 def check_manifest(directory: Path) -> list[str]:
     """Files of an unpacked bundle whose SHA-256 does not match its manifest."""
     directory = Path(directory)
-    manifest = directory / "MANIFEST.sha256"
+    manifest = directory / MANIFEST
     if not manifest.exists():
         raise InputError(f"{manifest}: not found (not an unpacked reprodqn bundle?)")
     bad = []
