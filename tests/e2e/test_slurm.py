@@ -106,7 +106,7 @@ from reprodqn.study import slurm
 from reprodqn.cli.main import main
 settings = slurm.LauncherSettings(**json.loads(sys.argv[1]))
 job = launch.Job("deterministic/0", json.loads(sys.argv[2]), launch.job_environment(1))
-executor = slurm.SlurmExecutor(settings, threads=1, workspace=Path.cwd(), entry=main)
+executor = slurm.SlurmExecutor(settings, cores_per_job=1, workspace=Path.cwd(), entry=main)
 launch.check(executor.run([job], "preemption"), "preemption")
 """
 
@@ -207,7 +207,7 @@ settings = slurm.LauncherSettings(partition="main", time_limit_minutes=30,
                                   log_dir=sys.argv[1])
 jobs = [launch.Job("initialization/3", ["train", "--group", "initialization", "--run", "9",
                                         "--params", sys.argv[2]], launch.job_environment(1))]
-results = slurm.SlurmExecutor(settings, threads=1, workspace=Path.cwd(), entry=main).run(jobs,
+results = slurm.SlurmExecutor(settings, cores_per_job=1, workspace=Path.cwd(), entry=main).run(jobs,
                                                                                "study")
 launch.check(results, "study")
 """

@@ -148,6 +148,8 @@ def cmd_conditions(args) -> int:
 def cmd_study(args) -> int:
     import os
 
+    from reprodqn.config.params import resolve_run
+    from reprodqn.core.workers import cores_per_training_job
     from reprodqn.study import stages
 
     params = _load(args)
@@ -155,9 +157,13 @@ def cmd_study(args) -> int:
     for item in args.overrides:
         argv += ["--set", item]
     resume_every = params.train.resume_every if args.stage == "train" else None
+    cores = params.compute.threads
+    if args.stage == "train":  # lockstep runs' game workers count too (REPRODQN_ACTOR_WORKERS)
+        cores = cores_per_training_job(cores, max(resolve_run(params, g, r).train.actors
+                                                  for g, r in params.study.run_ids()))
     launcher = args.launcher or os.environ.get("REPRODQN_LAUNCHER", "local")
     stages.run_study(params, args.stage, argv, args.runs_dir, args.evaluations_dir,
-                    lambda: stages.make_executor(launcher, args.workers, params.compute.threads,
+                    lambda: stages.make_executor(launcher, args.workers, cores,
                                                 args.launcher_config, resume_every,
                                                 args.runs_dir, entry=main))
     return 0

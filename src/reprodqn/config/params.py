@@ -16,7 +16,7 @@ from reprodqn.config import sources
 from reprodqn.config.selection import RankerConfig, StartStatesConfig
 from reprodqn.config.study import StudyConfig
 from reprodqn.config.types import Frozen, PositiveInt, Probability, Seed
-from reprodqn.config.variants import VARIANT_DEFAULTS, check_n_step
+from reprodqn.config.variants import VARIANT_DEFAULTS, check_actors, check_n_step
 from reprodqn.core.digests import json_digest
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import rng
@@ -151,6 +151,11 @@ class TrainConfig(Frozen):
         True, description="End the training episode (a new game) at every evaluation point "
         "after learning starts, as the authors' in-training evaluation did."
     )
+    actors: PositiveInt = Field(
+        1, description="Games stepped in lockstep, one transition each per round (1: the "
+        "paper's single actor). Steps count transitions; N must divide steps, the "
+        "checkpoint, resume and log intervals and replay.capacity."
+    )
 
 
 class SeedsConfig(Frozen):
@@ -233,6 +238,7 @@ class Params(Frozen):
                 f"start_states.selected ({self.start_states.selected})"
             )
         check_n_step(self)
+        check_actors(self)
         return self
 
 
@@ -252,6 +258,7 @@ class RunConfig(Frozen):
     @model_validator(mode="after")
     def _n_step_fits(self) -> RunConfig:
         check_n_step(self)
+        check_actors(self)
         return self
 
     def digest(self) -> str:

@@ -27,7 +27,8 @@ VARIANT_DEFAULTS = {"agent": {"double": False, "dueling": False, "n_step": 1,
                               "optimizer": "rmsprop", "loss": "huber",
                               "loss_reduction": "mean", "adam_eps": 1.5e-4,
                               "adam_beta1": 0.9, "adam_beta2": 0.999},
-                    "replay": {"prioritized": False}}
+                    "replay": {"prioritized": False},
+                    "train": {"actors": 1}}
 
 
 def check_n_step(config) -> None:
@@ -39,6 +40,26 @@ def check_n_step(config) -> None:
         raise ValueError(f"agent.n_step ({config.agent.n_step}) exceeds what replay history "
                          f"allows: at most {most} (min(replay.learning_starts, "
                          f"replay.capacity) - env.history_length - 2)")
+
+
+def check_actors(config) -> None:
+    """N lockstep actors store N transitions per round: every interval counted in steps
+    must hold whole rounds, and each actor gets an equal share of replay. Prioritized
+    replay keeps one sum tree over one memory, so it stays single-actor."""
+    n = config.train.actors
+    if n == 1:
+        return
+    counts = {"train.steps": config.train.steps,
+              "train.checkpoint_every": config.train.checkpoint_every,
+              "train.resume_every": config.train.resume_every,
+              "train.log_every": config.train.log_every,
+              "replay.capacity": config.replay.capacity}
+    for name, value in counts.items():
+        if value % n:
+            raise ValueError(f"{name} ({value}) must be a multiple of train.actors ({n})")
+    if config.replay.prioritized:
+        raise ValueError(f"train.actors ({n}) > 1 needs uniform replay "
+                         "(replay.prioritized: false)")
 
 
 OPTIMIZER_NAMES = {"rmsprop": "RMSprop", "rmsprop_centered": "centred RMSProp",
@@ -55,4 +76,6 @@ def algorithm_name(config) -> str:
     if config.replay.prioritized:
         extras.append("prioritized replay" + (" with R2D2 priority" if config.priority.eta > 0
                                               else ""))
+    if config.train.actors > 1:
+        extras.append(f"{config.train.actors} lockstep actors")
     return f"{', '.join([name, *extras])} ({OPTIMIZER_NAMES[agent.optimizer]})"

@@ -1,6 +1,7 @@
 """How many jobs or evaluation workers run at once: REPRODQN_WORKERS, else one per visible
-GPU, else one per core the process may use divided by the threads each takes. A launch
-setting: it never changes a result."""
+GPU, else one per core the process may use divided by the cores each takes; and how many
+processes step a lockstep run's games (REPRODQN_ACTOR_WORKERS). Launch settings: they never
+change a result."""
 
 from __future__ import annotations
 
@@ -8,6 +9,26 @@ import os
 import subprocess
 
 from reprodqn.core.errors import InputError
+
+ACTOR_WORKERS_ENV = "REPRODQN_ACTOR_WORKERS"
+
+
+def actor_workers() -> int:
+    """K from REPRODQN_ACTOR_WORKERS; 0 (unset): a lockstep run's games run in the
+    trainer's own process."""
+    value = os.environ.get(ACTOR_WORKERS_ENV, "")
+    if not value:
+        return 0
+    if not value.isdigit():
+        raise InputError(f"{ACTOR_WORKERS_ENV}={value}: expected a whole number of processes")
+    return int(value)
+
+
+def cores_per_training_job(threads: int, actors: int) -> int:
+    """What one training job keeps busy: its threads, or its K game workers when a run has
+    lockstep actors and K is larger (the trainer waits while the games step, the games
+    while it learns, so the two never run at once)."""
+    return max(threads, actor_workers()) if actors > 1 else threads
 
 
 def default_workers(threads: int) -> int:

@@ -51,6 +51,7 @@ RUN_LOGS = (HASHES, PROCESS)  # a run's append-only logs, cut back on resume
 RUN_RECORDS = (HASHES, PROCESS, RUN_CONFIG, CONDITIONS, DETERMINISM, COMPLETE)
 PROGRESS_RECORD = "progress.json"  # a training run's latest progress line, for the study
 EVAL_CSV_FIELDS = ("step", "episode", "start_sequence", "sticky_seed", "score", "frames")
+ACTOR_WORKERS = "actor_workers.jsonl"  # lockstep actors: each sitting's worker processes
 PROBE_CSV = "probe.csv"  # the blind-network probe per checkpoint, beside eval.csv
 
 

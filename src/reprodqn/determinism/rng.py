@@ -15,6 +15,8 @@ import numpy as np
 
 # the numpy streams of a training run; `init` seeds the torch generator of the weights
 TRAINING_STREAMS = ("exploration", "minibatch", "sticky", "noop")
+ACTOR_STREAMS = ("exploration", "sticky", "noop")  # one each per lockstep actor
+GAME_STREAMS = ("sticky", "noop")  # drawn inside a game (its emulator and episode starts)
 RUN_STREAMS = ("init", *TRAINING_STREAMS)  # the seeds a run has (params: seeds.*)
 STUDY_STREAMS = ("candidates", "selection")  # start-state generation (params: start_states)
 STREAM_NAMES = (*RUN_STREAMS, *STUDY_STREAMS)
@@ -35,8 +37,8 @@ class AuthorsStream:
 
     family = "authors"
 
-    def __init__(self, seed: int):
-        self.generator = np.random.RandomState(seed)
+    def __init__(self, seed: int, actor: int = 0):
+        self.generator = np.random.RandomState(seed if actor == 0 else [seed, actor])
 
     def uniform(self) -> float:
         return float(self.generator.uniform(0, 1))
@@ -58,8 +60,9 @@ class PCG64Stream:
 
     family = "pcg64"
 
-    def __init__(self, seed: int):
-        self.generator = stream(seed)
+    def __init__(self, seed: int, actor: int = 0):
+        self.generator = stream(seed) if actor == 0 else np.random.Generator(
+            np.random.PCG64(np.random.SeedSequence([seed, actor])))
 
     def uniform(self) -> float:
         return float(self.generator.random())
@@ -75,21 +78,25 @@ class PCG64Stream:
         self.generator.bit_generator.state = state
 
 
-def make_stream(family: str, seed: int) -> AuthorsStream | PCG64Stream:
+def make_stream(family: str, seed: int, actor: int = 0) -> AuthorsStream | PCG64Stream:
+    """The stream of `seed`; with lockstep actors (train.actors > 1), actor k > 0 draws from
+    its own stream seeded with the pair (seed, k): RandomState([seed, k]) (MT19937's
+    init_by_array) or PCG64(SeedSequence([seed, k])). Actor 0 keeps the run's own stream."""
     if family not in FAMILIES:
         raise ValueError(f"unknown generator family {family!r}")
-    return AuthorsStream(seed) if family == "authors" else PCG64Stream(seed)
+    return (AuthorsStream if family == "authors" else PCG64Stream)(seed, actor)
 
 
 class Streams:
-    """A fixed set of named streams with JSON-and-array state for exact resume."""
+    """A fixed set of named streams with JSON-and-array state for exact resume (one actor's
+    when `actor` is given: see make_stream)."""
 
-    def __init__(self, seeds: dict[str, int], family: str):
+    def __init__(self, seeds: dict[str, int], family: str, actor: int = 0):
         unknown = set(seeds) - set(STREAM_NAMES)
         if unknown:
             raise ValueError(f"unknown random streams {sorted(unknown)}")
         self.seeds = dict(seeds)
-        self._streams = {name: make_stream(family, seed) for name, seed in seeds.items()}
+        self._streams = {name: make_stream(family, seed, actor) for name, seed in seeds.items()}
 
     def __getitem__(self, name: str) -> AuthorsStream | PCG64Stream:
         return self._streams[name]

@@ -12,7 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from reprodqn.dqn import priority_rule
-from reprodqn.dqn.network import build_q_network
+from reprodqn.dqn.network import build_q_network, q_values
 from reprodqn.dqn.optimizers import build_optimizer
 
 
@@ -66,6 +66,23 @@ class DQNAgent:
         if rng.uniform() < self.epsilon.value:
             return rng.integer(0, self.n_actions)
         return self.greedy_action(state)
+
+    def act_lockstep(self, states: np.ndarray, rngs: list) -> list[int]:
+        """One action per lockstep actor, each decided by its own stream's draws as in act();
+        the greedy ones share one forward of all N states (always that batch, so an action
+        never depends on which other actors explore)."""
+        actions, greedy = [], []
+        for actor, rng in enumerate(rngs):
+            if rng.uniform() < self.epsilon.value:
+                actions.append(rng.integer(0, self.n_actions))
+            else:
+                actions.append(-1)
+                greedy.append(actor)
+        if greedy:
+            best = q_values(self.online, states, len(states)).argmax(axis=1)
+            for actor in greedy:
+                actions[actor] = int(best[actor])
+        return actions
 
     @torch.inference_mode()
     def greedy_action(self, state: np.ndarray) -> int:

@@ -149,7 +149,16 @@ class Window:
         def after_step(*_):
             recorder.phase = None
 
+        act_lockstep = agent.act_lockstep
+
+        def traced_act_lockstep(states, rngs):
+            with recorder.during("act"):
+                actions = act_lockstep(states, rngs)
+            self.actions.extend(actions)
+            return actions
+
         agent.act, agent.sync_target, replay.sample = traced_act, traced_sync, traced_sample
+        agent.act_lockstep = traced_act_lockstep
         agent.optimizer.register_step_pre_hook(before_step)
         agent.optimizer.register_step_post_hook(after_step)
 
@@ -184,7 +193,7 @@ def open_window(config, run_dir: Path, from_step: int, resume_dir: Path | None,
     """A Run at `from_step`: from `resume_dir`, else the run's own resume point if it is at
     that step, else retrained here to it (deterministic: the same state the run had)."""
     from reprodqn.forensics import rerun
-    from reprodqn.training.loop import Run
+    from reprodqn.training.loop import make_run
 
     if resume_dir is None and from_step > 0:
         resume_dir = Path(run_dir) / "resume"
@@ -192,7 +201,7 @@ def open_window(config, run_dir: Path, from_step: int, resume_dir: Path | None,
             print(f"trace: no resume point at step {from_step} in {resume_dir}; retraining "
                   f"{config.group}/{config.run} to it here first", file=sys.stderr)
             resume_dir = rerun.train_until(config, scratch / "to-window", from_step) / "resume"
-    run = Run(config, scratch, device)
+    run = make_run(config, scratch, device)
     if resume_dir is None:
         return run
     point = resume.load(Path(resume_dir), device)
@@ -215,9 +224,21 @@ def trace(config, run_dir: Path, from_step: int, updates: int, out: Path,
     if updates < 1 or from_step < 0:
         raise InputError(f"trace: expected --updates >= 1 and --from-resume >= 0, got "
                          f"{updates} and {from_step}")
+    if config.train.actors > config.agent.update_every:  # a line per update needs at most one
+        raise InputError(f"trace: train.actors ({config.train.actors}) above "
+                         f"agent.update_every ({config.agent.update_every}) takes several "
+                         "updates per round; trace a run with at most one")
     compute = config.compute
     device, _ = numerics.configure(compute.device, compute.threads, compute.deterministic_gpu)
     run = open_window(config, run_dir, from_step, resume_dir, Path(scratch), device)
+    try:
+        return _record_window(run, config, from_step, updates, out, progress)
+    finally:
+        run.close()
+
+
+def _record_window(run, config, from_step: int, updates: int, out: Path, progress) -> dict:
+    compute = config.compute
     conditions = provenance.collect(compute)
     start = {name: tensor_hash(t) for name, t in sorted(run.agent.tensors().items())}
     header = {"group": config.group, "run": config.run, "from_step": from_step,

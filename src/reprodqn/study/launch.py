@@ -21,14 +21,15 @@ from pathlib import Path
 from reprodqn.core import run_lock
 from reprodqn.core.errors import InputError
 from reprodqn.core.progress import format_duration
-from reprodqn.core.workers import visible_gpus
+from reprodqn.core.workers import ACTOR_WORKERS_ENV, visible_gpus
 from reprodqn.determinism import isa
 
 # passed to every job explicitly; anything else a job needs comes from its params
 JOB_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONHASHSEED",
                    "CUBLAS_WORKSPACE_CONFIG", *isa.KNOBS, "MLFLOW_TRACKING_URI",
                    "REPRODQN_MLFLOW_EXPERIMENT", "REPRODQN_TRACKING", "REPRODQN_IMAGE",
-                   "REPRODQN_IMAGE_DIGEST", "VIRTUAL_ENV", "DVC_ROOT", "PYTHONPATH")
+                   "REPRODQN_IMAGE_DIGEST", "VIRTUAL_ENV", "DVC_ROOT", "PYTHONPATH",
+                   ACTOR_WORKERS_ENV)
 
 
 @dataclass

@@ -31,7 +31,7 @@ class LauncherSettings(BaseModel):
     partition: str | None = None
     account: str | None = None
     time_limit_minutes: int = Field(2880, ge=1)
-    cpus_per_run: int | None = Field(None, ge=1)  # default: compute.threads
+    cpus_per_run: int | None = Field(None, ge=1)  # default: compute.threads, or K game workers
     gpus_per_run: int = Field(0, ge=0)
     array_parallelism: int = Field(64, ge=1)
     signal_delay_seconds: int = Field(120, ge=10)
@@ -86,11 +86,11 @@ class StudyJob(submitit.helpers.Checkpointable):
 class SlurmExecutor:
     """Submits jobs as one Slurm job array through submitit and blocks until it finishes."""
 
-    def __init__(self, settings: LauncherSettings, threads: int, workspace: Path,
+    def __init__(self, settings: LauncherSettings, cores_per_job: int, workspace: Path,
                  entry: Callable[[list[str]], int]):
         self.settings = settings
         self.entry = entry
-        self.threads = threads
+        self.cores_per_job = cores_per_job
         self.log_dir = (workspace / settings.log_dir).resolve()
 
     def check(self, resume_every: int | None, measured_steps_per_second: float | None) -> None:
@@ -134,7 +134,7 @@ class SlurmExecutor:
         executor = submitit.SlurmExecutor(folder=self.log_dir / "%j",
                                           max_num_timeout=3)
         parameters = dict(time=s.time_limit_minutes, cpus_per_task=s.cpus_per_run or
-                          self.threads, array_parallelism=s.array_parallelism,
+                          self.cores_per_job, array_parallelism=s.array_parallelism,
                           signal_delay_s=s.signal_delay_seconds, job_name=label.replace(" ", "-"),
                           ntasks_per_node=1, nodes=1)
         if s.partition:

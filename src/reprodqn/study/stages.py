@@ -75,18 +75,19 @@ def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluation
             tracking.finish_study_run(parent)
 
 
-def make_executor(name: str, workers: int | None, threads: int, launcher_config: Path | None,
+def make_executor(name: str, workers: int | None, cores_per_job: int,
+                  launcher_config: Path | None,
                   resume_every: int | None, runs: Path, entry: Callable[[list[str]], int]):
     """The local pool, or Slurm: a launch setting (flag, environment, launcher.yaml), never a
     param, so switching never reruns anything or changes a result."""
     if name == "local":
-        return LocalExecutor(workers or default_workers(threads))
+        return LocalExecutor(workers or default_workers(cores_per_job))
     if name != "slurm":
         raise InputError(f"--launcher {name}: expected local or slurm")
     config = launcher_config or (Path("launcher.yaml") if Path("launcher.yaml").exists()
                                  else None)
-    executor = slurm.SlurmExecutor(slurm.load_launcher_settings(config), threads, Path.cwd(),
-                                   entry)
+    executor = slurm.SlurmExecutor(slurm.load_launcher_settings(config), cores_per_job,
+                                   Path.cwd(), entry)
     executor.check(resume_every, measured_speed(runs))
     return executor
 

@@ -15,16 +15,12 @@ A run directory holds:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
-import struct
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from reprodqn.config.params import RunConfig
@@ -39,6 +35,7 @@ from reprodqn.core.events import (
     Started,
     Stepped,
 )
+from reprodqn.core.workers import actor_workers
 from reprodqn.determinism import numerics, provenance
 from reprodqn.determinism.rng import TRAINING_STREAMS, Streams, torch_generator
 from reprodqn.dqn.agent import make_agent
@@ -47,20 +44,11 @@ from reprodqn.dqn.replay import ReplayMemory
 from reprodqn.training import resume
 from reprodqn.training.atari import FrameHistory, TrainingEnv
 from reprodqn.training.checkpoints import cpu_weights, save_weights
-
-EMPTY_CHAIN = "0" * 64
-
+from reprodqn.training.lockstep import LockstepRun
+from reprodqn.training.run_state import Accumulators, RunState
 
 # ---------------------------------------------------------------------------------------------
-# Small pieces
-
-
-def chain_losses(chain: str, losses: np.ndarray) -> str:
-    """Extend the loss hash chain: h_k = SHA-256(h_{k-1} || float32 loss_k)."""
-    state = bytes.fromhex(chain)
-    for value in losses.astype(np.float32, copy=False):
-        state = hashlib.sha256(state + struct.pack("<f", value)).digest()
-    return state.hex()
+# The run
 
 
 def build_replay(config: RunConfig) -> ReplayMemory | PrioritizedReplay:
@@ -75,21 +63,7 @@ def build_replay(config: RunConfig) -> ReplayMemory | PrioritizedReplay:
     return PrioritizedReplay(memory, config.priority) if config.replay.prioritized else memory
 
 
-@dataclass
-class _Accumulators:
-    """Process metrics gathered since the last process.jsonl line."""
-
-    loss_sum: float = 0.0
-    loss_count: int = 0
-    game_scores: list = field(default_factory=list)
-    episodes: int = 0
-
-
-# ---------------------------------------------------------------------------------------------
-# The run
-
-
-class Run:
+class Run(RunState):
     """All state of one training run, composed from parts that each save and restore."""
 
     def __init__(self, config: RunConfig, run_dir: Path, device: torch.device):
@@ -109,13 +83,10 @@ class Run:
             init_generator=torch_generator(seeds["init"]),
             learning_starts=config.replay.learning_starts, reward_clip=env_cfg.reward_clip,
             priority_config=config.priority if config.replay.prioritized else None)
-        self.step = 0
-        self.updates = 0
-        self.loss_chain = EMPTY_CHAIN
-        self.pending_losses: list[torch.Tensor] = []
+        self.n_actions = self.env.n_actions
+        self.start_counters()
         self.episode_step = 0  # the authors' time_since_term: steps since the episode began
         self.game_score = 0
-        self.acc = _Accumulators()
         self.history.reset(self.env.begin_episode())
 
     # -- one agent step ----------------------------------------------------------------------
@@ -146,22 +117,6 @@ class Run:
             self.updates += 1
         self.step += 1
 
-    def evaluation_cut(self, step: int) -> bool:
-        """The authors evaluate inside training at every evaluation point after learning
-        starts, then reset the game, ending the training episode (dqn/train.py ~122-127)."""
-        return (self.config.train.end_episode_at_evaluation
-                and step > self.config.replay.learning_starts
-                and step % self.config.train.checkpoint_every == 0)
-
-    def flush_losses(self) -> None:
-        """Fold pending losses into the chain (batched so CUDA syncs once per flush)."""
-        if self.pending_losses:
-            losses = torch.stack(self.pending_losses).cpu().numpy()
-            self.pending_losses.clear()
-            self.loss_chain = chain_losses(self.loss_chain, losses)
-            self.acc.loss_sum += float(losses.astype(np.float64).sum())
-            self.acc.loss_count += len(losses)
-
     # -- exact resume: the parts' states, composed -------------------------------------------
     def get_state(self) -> dict:
         self.flush_losses()
@@ -181,26 +136,12 @@ class Run:
         self.loss_chain = counters["loss_chain"]
         self.episode_step = int(counters["episode_step"])
         self.game_score = int(counters["game_score"])
-        self.acc = _Accumulators(**counters["accumulators"])
+        self.acc = Accumulators(**counters["accumulators"])
         self.streams.set_state(state["streams"])
         self.env.set_state(state["env"])
         self.history.set_state(state["history"])
         self.replay.set_state(state["replay"])
         self.agent.set_state(state["agent"])
-
-    def save_resume_point(self, log_offsets: dict[str, int]) -> None:
-        resume.save(self.dir / "resume", self.step, {**self.get_state(),
-                                                     "log_offsets": log_offsets})
-
-    def load_resume_point(self) -> dict[str, int] | None:
-        """Restore from the latest resume point; returns its log offsets, or None."""
-        point = resume.load(self.dir / "resume", self.agent.device)
-        if point is None:
-            return None
-        if point.state["config_digest"] != self.config.digest():
-            raise InputError(f"{point.path}: resume point was written with different params")
-        self.set_state(point.state)
-        return point.state["log_offsets"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,7 +194,23 @@ def _train(config: RunConfig, run_dir: Path, restart: bool,
         return
     write_json(run_dir / workspace.DETERMINISM, applied)
     write_json(run_dir / workspace.CONDITIONS, conditions)
-    run = Run(config, run_dir, device)
+    run = make_run(config, run_dir, device)
+    try:
+        yield from _steps(run, until)
+    finally:
+        run.close()
+
+
+def make_run(config: RunConfig, run_dir: Path, device: torch.device) -> RunState:
+    """The paper's single actor, or N lockstep actors (train.actors) whose games run in
+    REPRODQN_ACTOR_WORKERS processes."""
+    if config.train.actors == 1:
+        return Run(config, run_dir, device)
+    return LockstepRun(config, run_dir, device, actor_workers())
+
+
+def _steps(run: RunState, until: int | None) -> Iterator[object]:
+    config, run_dir = run.config, run.dir
     if config.train.resume_every < config.train.steps:
         storage.require_room(f"train {config.group}/{config.run}", run_dir,
                              resume_point_bytes(run), "a resume point")
@@ -272,6 +229,12 @@ def _train(config: RunConfig, run_dir: Path, restart: bool,
     end = tcfg.steps if until is None else min(until, tcfg.steps)
     if run.step > end:
         raise InputError(f"{run_dir}: its resume point is at step {run.step}, past {end}")
+    if end % tcfg.actors:
+        raise InputError(f"--until {end}: with {tcfg.actors} lockstep actors a run stops "
+                         f"only after whole rounds (a multiple of train.actors)")
+    if run.worker_pids:  # which processes stepped the games in this sitting
+        append_line(run_dir / workspace.ACTOR_WORKERS, json.dumps(
+            {"step": run.step, "actors": tcfg.actors, "pids": run.worker_pids}))
     if run.step == 0:
         yield _checkpoint(run)
     last_time, last_step = time.monotonic(), run.step
@@ -286,7 +249,7 @@ def _train(config: RunConfig, run_dir: Path, restart: bool,
             yield _process_record(run, rate)
         if step % tcfg.checkpoint_every == 0 or step == tcfg.steps:
             yield _checkpoint(run)
-        if step % STEPPED_EVERY == 0:
+        if step % STEPPED_EVERY < tcfg.actors:  # the round that reached a multiple
             yield Stepped(step)
         if step % tcfg.resume_every == 0 and step < tcfg.steps:
             run.save_resume_point(_log_offsets(run_dir))
@@ -302,10 +265,10 @@ def _train(config: RunConfig, run_dir: Path, restart: bool,
     yield Finished(step=run.step)
 
 
-def resume_point_bytes(run: Run) -> int:
+def resume_point_bytes(run: RunState) -> int:
     """About what one resume point writes: the replay memory's arrays (7.06 GB at 1M) and
     the learner's tensors (weights, target, optimizer state)."""
-    arrays = sum(a.nbytes for a in vars(run.replay).values() if isinstance(a, np.ndarray))
+    arrays = run.replay.nbytes
     tensors = sum(p.numel() * p.element_size() for p in run.agent.online.parameters())
     return arrays + 4 * tensors
 
@@ -316,7 +279,7 @@ def _log_offsets(run_dir: Path) -> dict[str, int]:
             for name in LOGS}
 
 
-def _process_record(run: Run, rate: float) -> ProcessRecord:
+def _process_record(run: RunState, rate: float) -> ProcessRecord:
     acc = run.acc
     record = {
         "step": run.step,
@@ -329,16 +292,16 @@ def _process_record(run: Run, rate: float) -> ProcessRecord:
         "steps_per_second": round(rate, 2),
     }
     append_line(run.dir / workspace.PROCESS, json.dumps(record))
-    run.acc = _Accumulators()
+    run.acc = Accumulators()
     return ProcessRecord(run.step, record)
 
 
-def _checkpoint(run: Run) -> CheckpointWritten:
+def _checkpoint(run: RunState) -> CheckpointWritten:
     run.flush_losses()
     path = workspace.checkpoint_path(run.dir, run.step)
     digest = save_weights(path, cpu_weights(run.agent.online), {
         "step": run.step, "network": run.config.agent.network,
-        "n_actions": run.env.n_actions, "history_length": run.config.env.history_length,
+        "n_actions": run.n_actions, "history_length": run.config.env.history_length,
         "screen_size": run.config.env.screen_size,
         **({"dueling": True} if run.config.agent.dueling else {}),  # default: as before
     })
