@@ -25,7 +25,6 @@ import numpy as np
 import torch
 
 from reprodqn.config.params import RunConfig
-from reprodqn.core.errors import InputError
 from reprodqn.determinism.rng import GAME_STREAMS, Streams, make_stream, torch_generator
 from reprodqn.dqn.actor_replay import ActorReplay
 from reprodqn.dqn.agent import make_agent
@@ -45,8 +44,6 @@ class LockstepRun(RunState):
         env_cfg, family = config.env, config.seeds.generator
         seeds = config.seeds.model_dump()
         n = self.actors = config.train.actors
-        if config.replay.prioritized:
-            raise InputError("train.actors > 1 needs uniform replay (replay.prioritized: false)")
         self.streams = Streams({"minibatch": seeds["minibatch"]}, family)
         self.exploration = [make_stream(family, seeds["exploration"], k) for k in range(n)]
         self.games = open_games(env_cfg, {name: seeds[name] for name in GAME_STREAMS},

@@ -39,7 +39,7 @@ class RunState:
     """Subclasses set config, dir and agent, call start_counters(), and give
     get_state/set_state of the whole run."""
 
-    worker_pids: list[int] = []  # processes stepping the games besides this one
+    worker_pids: tuple[int, ...] = ()  # processes stepping the games besides this one
 
     def start_counters(self) -> None:
         self.step = 0
