@@ -35,7 +35,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: venv repro select smoke smoke-workspace laptop laptop-workspace laptop-verify \
+.PHONY: venv repro select smoke smoke-workspace smoke-reference laptop laptop-workspace laptop-verify \
         laptop-reference test test-slow test-slurm bench lint readme dvc-deps ui lock docker-build docker-run \
         bundle clean
 
@@ -84,6 +84,11 @@ smoke: smoke-workspace
 	cd $(SMOKE) && MLFLOW_TRACKING_URI=sqlite:///$(MLFLOW_DB) \
 	  REPRODQN_MLFLOW_EXPERIMENT=reprodqn-smoke$(if $(PRESET),-$(PRESET)) dvc repro
 	@echo "smoke: report in $(SMOKE)/reports/report.md; MLflow: make ui"
+
+# The smoke study's results as the committed reference every test run checks itself against
+# (tests/e2e/test_reference.py); for when results change on purpose. Its README.md is kept.
+smoke-reference: smoke
+	cd $(SMOKE) && reprodqn bundle --reference-dir $(CURDIR)/reference/smoke
 
 # The laptop study: the authors-2018 agent at the laptop scale (presets/laptop.yaml), about
 # 5.5 hours on 2 cores. Rerun to resume; LAPTOP=DIR puts the workspace elsewhere.
