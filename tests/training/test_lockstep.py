@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from reprodqn.config.params import load_params, resolve_run
+from reprodqn.config.variants import algorithm_name
 from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
 from reprodqn.core.workers import ACTOR_WORKERS_ENV as WORKERS_ENV
@@ -62,6 +63,7 @@ def test_the_number_of_actors_is_part_of_the_experiment(in_process, tmp_path):
     one, four = (resolve_run(load_params(PARAMS, items), "deterministic", 0)
                  for items in (TINY, FOUR))
     assert one.digest() != four.digest()
+    assert algorithm_name(four) == "DQN, 4 lockstep actors (RMSprop)"  # report, MLflow tag
     two = train_tiny(load_params(PARAMS, [*TINY, "train.actors=2"]), tmp_path)
     assert two[-1]["weights_sha256"] != chain[-1]["weights_sha256"]
 
