@@ -11,6 +11,7 @@ A run directory holds:
   process.jsonl      loss, epsilon, game scores, steps/s every log_every steps
   resume/            the latest resume point and latest.json naming it with file hashes
   complete.json      written last; a run with it is finished
+  actor_workers.jsonl  lockstep runs with game workers: each sitting's worker pids
 """
 
 from __future__ import annotations
