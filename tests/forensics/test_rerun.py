@@ -47,12 +47,16 @@ def _spot_check(root, until, scratch):
     return verify.spot_check(root, config, until, scratch)
 
 
-def test_spot_check_from_scratch_matches_the_shipped_prefix(shipped, tmp_path):
+def test_spot_check_from_scratch_matches_the_shipped_prefix(shipped, tmp_path, capsys):
     root, _ = shipped
     result = _spot_check(root, 400, tmp_path / "rerun")
     assert result["identical"] and result["from_step"] == 0
     assert result["records_compared"] == 3 + 4  # checkpoints 0-400, process 100-400
     assert "identical" in verify.spot_check_summary(result)
+    # its progress is a training run's: no ETA promised from the replay-filling rate
+    progress = capsys.readouterr().err
+    assert "verify --rerun deterministic/0: 0/400 steps (0.0%), filling replay" in progress
+    assert "learning started at step" in progress
 
 
 def test_spot_check_names_the_first_record_that_differs(shipped, tmp_path):

@@ -92,7 +92,7 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
     """Retrain one shipped run (its config from `rerun.shipped_config`) up to `until` here,
     from the resume point the reference ships for it if any, and compare the prefix of its
     chains with the shipped ones."""
-    from reprodqn.core.progress import Progress
+    from reprodqn.core.progress import RunProgress
     from reprodqn.forensics import rerun
 
     reference, group, run = Path(reference), config.group, config.run
@@ -101,7 +101,9 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
     reference_run = workspace.run_dir(reference / workspace.RUNS, group, run)
     resume_dir = rerun.shipped_resume_point(reference, group, run, until)
     start = 0 if resume_dir is None else workspace.latest_resume_step(resume_dir)
-    progress = Progress(f"verify --rerun {group}/{run}", until, start=start)
+    # two phases, as a training run: a rate measured while the replay fills promises an early end
+    progress = RunProgress(f"verify --rerun {group}/{run}", until, start,
+                           config.replay.learning_starts)
     rerun.train_until(config, Path(scratch), until, resume_dir, progress=progress.update)
     result = rerun.compare_prefix(reference_run, Path(scratch), until)
     ours = read_json(Path(scratch) / workspace.CONDITIONS, "conditions record")
