@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from reprodqn.config.study import GroupConfig, StudyConfig
+from reprodqn.core.errors import InputError
 from reprodqn.forensics import verify
 from reprodqn.report import analysis, writer
 from tests.helpers import fake_run, fake_study
@@ -150,7 +151,6 @@ def test_report_shows_its_figures_inline_and_as_one_self_contained_page(tmp_path
 
 
 def test_a_missing_figure_is_one_line_naming_it(tmp_path):
-    from reprodqn.core.errors import InputError
     from reprodqn.report import html
 
     with pytest.raises(InputError, match=r"figure1\.png: figure linked from the report"):
@@ -201,6 +201,23 @@ def test_verify_reports_identical_or_the_first_divergence_and_condition_changes(
     assert result["conditions_differing"] == ["memory_bytes", "packages.torch"]
     assert result["numeric_conditions_differing"] == ["packages.torch"]
     assert result["cpu_isa"]["ours"] == "native (this machine's widest: avx2, torch used AVX2)"
+
+
+def test_verify_names_a_workspace_with_nothing_to_check_and_a_run_not_trained_here(tmp_path):
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    make_workspace(theirs, {("deterministic", 0): ("a", 1), ("deterministic", 1): ("a", 1)})
+    study = StudyConfig(runs_per_group=2, groups={"deterministic": GroupConfig()})
+    with pytest.raises(InputError, match="ours: not a directory"):
+        verify.verify(ours, theirs, study)
+    ours.mkdir()
+    with pytest.raises(InputError, match="ours: no trained runs to check"):
+        verify.verify(ours, theirs, study)
+    make_workspace(ours, {("deterministic", 0): ("a", 1)})
+    result = verify.verify(ours, theirs, study)
+    assert result["first_divergence"] == {"group": "deterministic", "run": 1, "step": 0,
+                                          "chain": "not trained here"}
+    assert verify.summary(result).startswith("verify: DIFFERENT: deterministic/1 is not "
+                                             "trained here")
 
 
 def test_isa_setting_names_the_floor_and_the_machine():

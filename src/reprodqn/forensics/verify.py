@@ -30,9 +30,14 @@ def verify(ours: Path, reference: Path, study) -> dict:
     """Compare every run's chains and evaluation results with the reference copy's
     (`study`: params.study, which groups and runs there are)."""
 
-    reference = Path(reference)
+    reference, ours = Path(reference), Path(ours)
     check_bundle(reference)
+    if not ours.is_dir():
+        raise InputError(f"{ours}: not a directory (expected the workspace to check, --root)")
     mine = load_study(ours, study)
+    if not any(run.hashes for runs in mine.values() for run in runs):
+        raise InputError(f"{ours}: no trained runs to check (expected runs/<group>/<run>/"
+                         "hashes.jsonl: run the study there first, or give --root)")
     theirs = load_study(reference, study)
     first = None
     compared = 0
@@ -41,10 +46,14 @@ def verify(ours: Path, reference: Path, study) -> dict:
             if not a.hashes and not b.hashes:
                 continue
             compared += 1
-            steps = divergence(b, a)
-            chain = next((name for name, step in steps.items() if step is not None), None)
+            if not a.hashes:  # a study still running here: say so, not "differs at step 0"
+                chain, step = "not trained here", 0
+            else:
+                steps = divergence(b, a)
+                chain = next((name for name, step in steps.items() if step is not None), None)
+                step = steps.get(chain)
             if chain is not None and first is None:
-                first = {"group": group, "run": a.run, "step": steps[chain], "chain": chain}
+                first = {"group": group, "run": a.run, "step": step, "chain": chain}
     if compared == 0:
         raise InputError(f"{reference}: no runs to compare (expected runs/<group>/<run>/"
                          "hashes.jsonl)")
@@ -76,8 +85,11 @@ def summary(result: dict) -> str:
                  "chain and every evaluation result"]
     else:
         d = result["first_divergence"]
-        lines = [f"verify: DIFFERENT: first divergence in {d['group']}/{d['run']} at "
-                 f"checkpoint step {d['step']} ({d['chain']})",
+        where = (f"{d['group']}/{d['run']} is not trained here (the reference has it)"
+                 if d["chain"] == "not trained here" else
+                 f"first divergence in {d['group']}/{d['run']} at checkpoint step "
+                 f"{d['step']} ({d['chain']})")
+        lines = [f"verify: DIFFERENT: {where}",
                  f"CPU instruction set: ours {result['cpu_isa']['ours']}; reference "
                  f"{result['cpu_isa']['reference']}"]
     if result["numeric_conditions_differing"]:
