@@ -53,21 +53,22 @@ def draw_dopamine(ax, path: Path, last_step: int) -> None:
 
 
 def markdown_table(runs: list[tuple[str, list[dict]]]) -> str:
-    """The README's table: per checkpoint, each run's score, distinct greedy actions and Q
-    spread ('—' where a run has not reached the step)."""
-    head = ["step"] + [f"{h}" for label, _ in runs
-                       for h in (f"{label} score", "actions", "Q spread")]
+    """The README's table: per checkpoint, each run's score with its distinct greedy actions
+    and Q spread in one cell ('—' where a run has not reached the step), one column per run
+    so that six runs still fit a page."""
+    head = ["step"] + [label for label, _ in runs]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     by_step = [{line["step"]: line for line in lines} for _, lines in runs]
     for step in sorted({step for lines in by_step for step in lines}):
         cells = [f"{step // 1000}K"]
         for lines in by_step:
             line = lines.get(step)
-            cells += (["—"] * 3 if line is None else
-                      [f"{line['score']:.2f}", str(line["greedy_actions"]),
-                       f"{line['q_spread']:.2g}"])
+            cells.append("—" if line is None else
+                         f"**{line['score']:.2f}** ({line['greedy_actions']}, "
+                         f"{line['q_spread']:.2g})")
         rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows) + "\n"
+    return ("Each cell: greedy score (distinct greedy actions, Q's spread across the states).\n\n"
+            + "\n".join(rows) + "\n")
 
 
 def main() -> None:
@@ -91,15 +92,20 @@ def main() -> None:
         runs.append((label, read(Path(path))))
     if args.markdown:
         args.markdown.write_text(markdown_table(runs))
-    fig, axes = plt.subplots(1, 4, figsize=(18, 5.2))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 6))
     for ax, (key, name) in zip(axes, PANELS, strict=True):
         for colour, (label, lines) in enumerate(runs):
             shown = [line for line in lines if key in line]  # older logs lack q_spread
             ax.plot([line["step"] for line in shown], [line[key] for line in shown],
                     marker="o", ms=3, color=f"C{colour}", label=label)
-            if key in lines[0]["step0"]:  # each run's own step-0 network
-                ax.axhline(lines[0]["step0"][key], color=f"C{colour}", ls="--", lw=0.8,
-                           alpha=0.6, label=f"{label.split(' (')[0]}: step-0 network")
+        step0: dict[float, list[tuple[int, str]]] = {}  # runs sharing an initialisation: one line
+        for colour, (label, lines) in enumerate(runs):
+            if key in lines[0]["step0"]:
+                step0.setdefault(lines[0]["step0"][key], []).append((colour, label))
+        for value, sharing in step0.items():
+            ax.axhline(value, color=f"C{sharing[0][0]}", ls="--", lw=0.8, alpha=0.6,
+                       label=("step-0 network: " + ", ".join(label for _, label in sharing)
+                              if key == "score" else None))  # named once, in the legend
         first = runs[0][1][0]
         if key == "score" and args.dopamine:
             draw_dopamine(ax, args.dopamine, max(line["step"] for _, lines in runs
@@ -120,7 +126,7 @@ def main() -> None:
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=8,
                frameon=False)
     fig.suptitle(args.title)
-    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".tmp.png")
     fig.savefig(tmp, dpi=110)
