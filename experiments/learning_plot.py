@@ -94,12 +94,11 @@ def main() -> None:
         args.markdown.write_text(markdown_table(runs))
     fig, axes = plt.subplots(1, 4, figsize=(18, 6))
     for ax, (key, name) in zip(axes, PANELS, strict=True):
+        step0: dict[float, list[tuple[int, str]]] = {}  # runs sharing an initialisation: one line
         for colour, (label, lines) in enumerate(runs):
             shown = [line for line in lines if key in line]  # older logs lack q_spread
             ax.plot([line["step"] for line in shown], [line[key] for line in shown],
                     marker="o", ms=3, color=f"C{colour}", label=label)
-        step0: dict[float, list[tuple[int, str]]] = {}  # runs sharing an initialisation: one line
-        for colour, (label, lines) in enumerate(runs):
             if key in lines[0]["step0"]:
                 step0.setdefault(lines[0]["step0"][key], []).append((colour, label))
         for value, sharing in step0.items():

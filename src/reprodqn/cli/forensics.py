@@ -16,7 +16,7 @@ from reprodqn.core.errors import InputError
 
 def cmd_resume_point(args) -> int:
     from reprodqn.config.params import resolve_run
-    from reprodqn.core.progress import Progress
+    from reprodqn.core.progress import RunProgress
     from reprodqn.forensics import rerun
 
     group, run = rerun.parse_run(args.run)
@@ -27,7 +27,8 @@ def cmd_resume_point(args) -> int:
     if not 0 <= args.step <= config.train.steps:
         raise InputError(f"--step {args.step}: expected 0..{config.train.steps}")
     out = args.out_dir / group / str(run)
-    progress = Progress(f"resume-point {group}/{run}", args.step)
+    progress = RunProgress(f"resume-point {group}/{run}", args.step, 0,
+                           config.replay.learning_starts)  # retrains from 0, as verify --rerun
     rerun.make_resume_point(config, run_dir, Path("build/resume-point") / group / str(run),
                             out, args.step, progress=progress.update)
     print(f"resume-point: {group}/{run} at step {args.step}, on the run's own chain -> {out}",

@@ -26,6 +26,9 @@ def check_bundle(reference: Path) -> None:
                              f"{MANIFEST} (first: {bad[0]})")
 
 
+NOT_TRAINED = "not trained here"  # the "chain" of a run the reference has and ours lacks
+
+
 def verify(ours: Path, reference: Path, study) -> dict:
     """Compare every run's chains and evaluation results with the reference copy's
     (`study`: params.study, which groups and runs there are)."""
@@ -47,7 +50,7 @@ def verify(ours: Path, reference: Path, study) -> dict:
                 continue
             compared += 1
             if not a.hashes:  # a study still running here: say so, not "differs at step 0"
-                chain, step = "not trained here", 0
+                chain, step = NOT_TRAINED, 0
             else:
                 steps = divergence(b, a)
                 chain = next((name for name, step in steps.items() if step is not None), None)
@@ -86,7 +89,7 @@ def summary(result: dict) -> str:
     else:
         d = result["first_divergence"]
         where = (f"{d['group']}/{d['run']} is not trained here (the reference has it)"
-                 if d["chain"] == "not trained here" else
+                 if d["chain"] == NOT_TRAINED else
                  f"first divergence in {d['group']}/{d['run']} at checkpoint step "
                  f"{d['step']} ({d['chain']})")
         lines = [f"verify: DIFFERENT: {where}",
