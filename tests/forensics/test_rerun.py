@@ -71,6 +71,8 @@ def test_spot_check_names_the_first_record_that_differs(shipped, tmp_path):
     assert not result["identical"]
     assert result["first"] == {"file": "hashes.jsonl", "step": 400,
                                "fields": ["loss_chain_sha256"]}
+    # it stopped training there, not at --until: a parting replication is named sooner
+    assert read_hashes(tmp_path / "rerun")[-1]["step"] == 400
     assert "DIFFERENT" in verify.spot_check_summary(result)
 
 

@@ -55,9 +55,12 @@ def shipped_resume_point(reference: Path, group: str, run: int, until: int) -> P
 
 
 def train_until(config: RunConfig, scratch: Path, until: int, resume_dir: Path | None = None,
-                progress=None) -> Path:
+                progress=None, reference_run: Path | None = None) -> Path:
     """Train `config` from scratch (or from a shipped `resume_dir` and the logs beside it)
-    into `scratch`, stopping at step `until` with a resume point there."""
+    into `scratch`, stopping at step `until` with a resume point there. With
+    `reference_run`, stop sooner, at the first checkpoint whose record differs from its
+    record there: `compare_prefix` then finds the same first difference as after the whole
+    prefix (checkpoints are compared first, in step order), minutes earlier."""
     from reprodqn.training.loop import train
 
     if until < 0:
@@ -72,9 +75,16 @@ def train_until(config: RunConfig, scratch: Path, until: int, resume_dir: Path |
                 raise InputError(f"{resume_dir / SHIPPED_LOGS / name}: missing from the "
                                  "shipped resume point")
             shutil.copyfile(resume_dir / SHIPPED_LOGS / name, scratch / name)
+    expected = ({line["step"]: line for line in workspace.read_hashes(reference_run)}
+                if reference_run is not None else {})
     for event in train(config, scratch, until=until):
         if progress is not None and isinstance(event, ProcessRecord | CheckpointWritten):
             progress(event.step)
+        if isinstance(event, CheckpointWritten) and event.step in expected:
+            ours = {"weights_sha256": event.weights_sha256, "updates": event.updates,
+                    "loss_chain_sha256": event.loss_chain_sha256}
+            if any(ours[key] != expected[event.step].get(key) for key in CHAINS):
+                break  # closing the generator releases the run's lock and its actors
     return scratch
 
 
@@ -103,7 +113,7 @@ def make_resume_point(config: RunConfig, run_dir: Path, scratch: Path, out: Path
                       progress=None) -> dict:
     """Retrain a finished run to `step`, check it passed through the run's own chain, and
     keep the resume point there for a bundle to ship."""
-    train_until(config, scratch, step, progress=progress)
+    train_until(config, scratch, step, progress=progress, reference_run=run_dir)
     check = compare_prefix(run_dir, scratch, step)
     if not check["identical"]:
         first = check["first"]

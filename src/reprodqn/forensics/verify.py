@@ -119,7 +119,8 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
     # two phases, as a training run: a rate measured while the replay fills promises an early end
     progress = RunProgress(f"verify --rerun {group}/{run}", until, start,
                            config.replay.learning_starts)
-    rerun.train_until(config, Path(scratch), until, resume_dir, progress=progress.update)
+    rerun.train_until(config, Path(scratch), until, resume_dir, progress=progress.update,
+                      reference_run=reference_run)
     result = rerun.compare_prefix(reference_run, Path(scratch), until)
     ours = read_json(Path(scratch) / workspace.CONDITIONS, "conditions record")
     theirs_path = reference_run / workspace.CONDITIONS
