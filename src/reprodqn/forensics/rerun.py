@@ -81,9 +81,8 @@ def train_until(config: RunConfig, scratch: Path, until: int, resume_dir: Path |
         if progress is not None and isinstance(event, ProcessRecord | CheckpointWritten):
             progress(event.step)
         if isinstance(event, CheckpointWritten) and event.step in expected:
-            ours = {"weights_sha256": event.weights_sha256, "updates": event.updates,
-                    "loss_chain_sha256": event.loss_chain_sha256}
-            if any(ours[key] != expected[event.step].get(key) for key in CHAINS):
+            theirs = expected[event.step]  # the event's fields are named as the record's
+            if any(getattr(event, key) != theirs.get(key) for key in CHAINS):
                 break  # closing the generator releases the run's lock and its actors
     return scratch
 
