@@ -59,7 +59,8 @@ def test_a_line_at_start_then_by_time_with_the_current_phase_rate(tmp_path):
     first_rate = next(line for t, line in lines if "steps/s" in line)
     assert "filling replay, learning starts in" in first_rate and "100.0 steps/s" in first_rate
     assert "ETA" not in first_rate.replace("run ETA once learning runs", "")
-    started = next(t for t, line in lines if "learning started at step 1100" in line)
+    started = next(t for t, line in lines if "learning started at step 1000" in line)
+    assert "1100/3000 steps" in dict(lines)[started]  # the first event past the boundary
     assert started == 30.0  # at once, at the first event past learning_starts (10 s + 20 s)
     learning = [line for t, line in lines if ", learning, " in line]
     # 5 steps/s from the phase start, never the 100 steps/s of filling, nor a blend

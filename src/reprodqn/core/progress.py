@@ -89,7 +89,8 @@ class RunProgress:
         if phase != self.phase:  # a new phase: its own rate from here, and say so now
             self.phase, self._phase_step, self._phase_time = phase, step, now
             self.interval = FIRST_INTERVAL
-            self._emit(step, f"learning started at step {step}", None, None)
+            # events come every log_every steps, so the boundary itself is learning_starts
+            self._emit(step, f"learning started at step {self.learning_starts}", None, None)
             return
         if now - self._last_time < self.interval and step < self.total:
             return
