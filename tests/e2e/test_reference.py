@@ -1,9 +1,10 @@
-"""The committed reference study replicates on this machine: `reference/smoke/` (the smoke
-study's results without code, checkpoints or resume points, made by `make smoke-reference`)
-must match its MANIFEST.sha256 file by file, and deterministic/0 retrained here must give
-its hash chain and process records (`reprodqn verify --reference ... --rerun`). So every
-machine that runs the tests checks a whole committed study, not only the golden run; and a
-tampered reference fails with verify's one screen."""
+"""The committed reference studies replicate on this machine: each of `reference/smoke/`
+(`make smoke-reference`) and `reference/laptop/` (`make laptop-reference`: the paper's study
+with agents that learned) must match its MANIFEST.sha256 file by file, and its
+deterministic/0 retrained here must give its hash chain and process records (`reprodqn
+verify --reference ... --rerun`). So every machine that runs the tests checks two whole
+committed studies, not only the golden run; and a tampered reference fails with verify's
+one screen."""
 
 from __future__ import annotations
 
@@ -14,61 +15,78 @@ from pathlib import Path
 
 import pytest
 
+from reprodqn.core.digests import sha256_file
 from reprodqn.report.bundle import MANIFEST, manifest_text
 from tests.helpers import ROOT, cli_env
 
-REFERENCE = ROOT / "reference" / "smoke"
-SPOT_CHECK_UNTIL = 3000  # the smoke run's end: updates from step 1000, a checkpoint every 1000
+# each reference, and the step its spot check retrains to
+SPOT_CHECKS = {
+    "smoke": 3000,    # the run's end: updates from step 1000, a checkpoint every 1000
+    "laptop": 60000,  # the first checkpoint after learning starts (50K): 5,000 updates, ~3 min
+}
+# what its make target (smoke-workspace, laptop-workspace) applies over params.yaml
+OVERLAYS = {
+    "smoke": ["--overlay", "presets/smoke.yaml"],
+    "laptop": ["--preset", "authors-2018", "--overlay", "presets/laptop.yaml"],
+}
 
 
-def verify(reference: Path, scratch: Path) -> subprocess.CompletedProcess:
+@pytest.fixture(params=sorted(SPOT_CHECKS))
+def reference(request) -> tuple[Path, int]:
+    path = ROOT / "reference" / request.param
+    assert (path / MANIFEST).exists(), f"{path}: make {request.param}-reference writes it"
+    return path, SPOT_CHECKS[request.param]
+
+
+def verify(reference: Path, until: int, scratch: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "reprodqn.cli", "verify", "--reference", str(reference),
-         "--rerun", "deterministic/0", "--until", str(SPOT_CHECK_UNTIL),
-         "--scratch", str(scratch)],
+         "--rerun", "deterministic/0", "--until", str(until), "--scratch", str(scratch)],
         capture_output=True, text=True, env=cli_env(), cwd=scratch.parent)
 
 
-def tampered_copy(tmp_path: Path) -> Path:
-    copy = tmp_path / "reference"
-    shutil.copytree(REFERENCE, copy)
-    return copy
+def test_the_reference_was_made_with_todays_presets(reference, tmp_path):
+    """A preset or default edited without `make NAME-reference` leaves a reference that no
+    `make NAME` can match: say so here, not after a night of training."""
+    path, _ = reference
+    fresh = tmp_path / "params.yaml"
+    subprocess.run([sys.executable, "-m", "reprodqn.cli", "params", "--params", "params.yaml",
+                    *OVERLAYS[path.name], "--out", str(fresh)],
+                   check=True, capture_output=True, env=cli_env(), cwd=ROOT)
+    assert fresh.read_text() == (path / "params.yaml").read_text(), (
+        f"{path}/params.yaml differs from today's presets: make {path.name}-reference")
 
 
-def test_the_committed_reference_replicates_here(tmp_path):
-    result = verify(REFERENCE, tmp_path / "rerun")
+def test_the_committed_reference_replicates_here(reference, tmp_path):
+    path, until = reference
+    result = verify(path, until, tmp_path / "rerun")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "identical" in result.stdout + result.stderr
 
 
-def test_a_file_altered_against_the_manifest_is_named_in_one_line(tmp_path):
-    copy = tampered_copy(tmp_path)
+def test_a_file_altered_against_the_manifest_is_named_in_one_line(reference, tmp_path):
+    path, until = reference
+    copy = shutil.copytree(path, tmp_path / "reference")
     target = copy / "evaluations" / "deterministic" / "0" / "eval.csv"
     target.write_text(target.read_text().replace(",", ";", 1))
-    result = verify(copy, tmp_path / "rerun")
+    result = verify(copy, until, tmp_path / "rerun")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "evaluations/deterministic/0/eval.csv" in lines[0]
     assert MANIFEST in lines[0] and "Traceback" not in result.stderr
 
 
-def test_a_chain_altered_with_its_manifest_fails_the_spot_check(tmp_path):
-    copy = tampered_copy(tmp_path)
+def test_a_chain_altered_with_its_manifest_fails_the_spot_check(reference, tmp_path):
+    path, until = reference
+    copy = shutil.copytree(path, tmp_path / "reference")
     chain = copy / "runs" / "deterministic" / "0" / "hashes.jsonl"
     lines = chain.read_text().splitlines()
-    lines[-1] = lines[-1].replace(lines[-1][-66:-2], "0" * 64)  # the last weights hash
+    lines[0] = lines[0].replace(lines[0][-66:-2], "0" * 64)  # step 0's weights hash
     chain.write_text("\n".join(lines) + "\n")
-    from reprodqn.core.digests import sha256_file
-
     names = sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*")
                    if p.is_file() and p.name != MANIFEST)
     (copy / MANIFEST).write_text(manifest_text({n: sha256_file(copy / n) for n in names}))
-    result = verify(copy, tmp_path / "rerun")
+    result = verify(copy, until, tmp_path / "rerun")
     assert result.returncode == 1, result.stdout + result.stderr
     output = result.stdout + result.stderr
     assert "DIFFERENT" in output and "weights_sha256" in output
-
-
-@pytest.fixture(autouse=True)
-def _reference_exists():
-    assert (REFERENCE / MANIFEST).exists(), f"{REFERENCE}: make smoke-reference writes it"
