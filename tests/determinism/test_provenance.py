@@ -48,6 +48,27 @@ def test_conditions_record_what_the_paper_lists(conditions):
     assert conditions["fingerprint"] == provenance.fingerprint(conditions)
 
 
+def test_a_workspace_outside_the_checkout_records_the_running_code_commit(tmp_path,
+                                                                         monkeypatch):
+    """`make laptop LAPTOP=~/elsewhere` runs the checkout's editable install in a directory
+    git knows nothing of: the conditions still name the code's commit and its date."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "c",
+                    "--date", "2020-02-03T00:00:00Z"], check=True,
+                   env={"GIT_COMMITTER_DATE": "2020-02-03T00:00:00Z", "PATH": "/usr/bin:/bin"})
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    monkeypatch.setattr(provenance, "PACKAGE_DIR", checkout)
+    assert provenance.git_info(workspace) == {"commit": head.strip(), "dirty": False,
+                                              "date": "2020-02-03"}
+    monkeypatch.setattr(provenance, "PACKAGE_DIR", tmp_path / "site-packages")
+    assert provenance.git_info(workspace) == {"commit": None, "note": "not a git checkout"}
+
+
 @pytest.mark.parametrize("path, value, changes", [
     (("packages", "torch"), "2.14.0", True),
     (("packages", "ale-py"), "0.13.0", True),

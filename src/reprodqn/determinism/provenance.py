@@ -101,17 +101,27 @@ def gpu_info() -> dict:
             "cudnn": torch.backends.cudnn.version()}
 
 
+# where the running package lives: a checkout's src/ for `pip install -e .`
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
 def git_info(root: Path) -> dict:
-    def git(*args):
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                              timeout=10)
+    """The commit of the checkout `root` is in; else of the checkout the running package is
+    in (a workspace outside the work tree, `make laptop LAPTOP=~/...`, runs the checkout's
+    editable install)."""
+    def git(where: Path, *args):
+        return subprocess.run(["git", "-C", str(where), *args], capture_output=True,
+                              text=True, timeout=10)
 
     try:
-        head = git("rev-parse", "HEAD")
-        if head.returncode != 0:
-            return {"commit": None, "note": "not a git checkout"}
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
-        return {"commit": head.stdout.strip(), "dirty": dirty}
+        for where in (root, PACKAGE_DIR):
+            head = git(where, "rev-parse", "HEAD")
+            if head.returncode == 0:
+                status = git(where, "status", "--porcelain", "--untracked-files=no").stdout
+                date = git(where, "log", "-1", "--format=%cs").stdout.strip()
+                return {"commit": head.stdout.strip(), "dirty": bool(status.strip()),
+                        "date": date or None}
+        return {"commit": None, "note": "not a git checkout"}
     except (OSError, subprocess.TimeoutExpired):
         return {"commit": None, "note": "git unavailable"}
 

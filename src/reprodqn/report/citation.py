@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from reprodqn.core.errors import InputError
+from reprodqn.determinism import provenance
 
 CFF_SCHEMA = "cff-1.2.0.schema.json"  # citation-file-format/citation-file-format, CC-BY-4.0
 OUTPUT_DIRS = ("runs/", "evaluations/", "reports/", "ranker/")
@@ -32,14 +32,7 @@ def release_date(root: Path) -> str:
     outside git): the same commit always gives the same metadata."""
     if os.environ.get("SOURCE_DATE_EPOCH"):
         return datetime.fromtimestamp(int(os.environ["SOURCE_DATE_EPOCH"]), UTC).date().isoformat()
-    try:
-        out = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%cs"],
-                             capture_output=True, text=True, timeout=20)
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return datetime.now(UTC).date().isoformat()
+    return provenance.git_info(root).get("date") or datetime.now(UTC).date().isoformat()
 
 
 def citation(root: Path, commit: str | None, date: str) -> str:
