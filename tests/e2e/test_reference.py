@@ -3,8 +3,8 @@
 with agents that learned) must match its MANIFEST.sha256 file by file, and its
 deterministic/0 retrained here must give its hash chain and process records (`reprodqn
 verify --reference ... --rerun`). So every machine that runs the tests checks two whole
-committed studies, not only the golden run; and a tampered reference fails with verify's
-one screen."""
+committed studies, not only the golden run; a tampered reference fails with verify's one
+screen; and a reference left behind by a preset edit fails before anyone trains against it."""
 
 from __future__ import annotations
 
