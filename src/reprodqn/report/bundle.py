@@ -147,9 +147,8 @@ def write_reference(root: Path, out: Path) -> dict:
 def metadata(root: Path, files: list[Path]) -> dict[str, bytes]:
     """CITATION.cff and ro-crate-metadata.json for these files (the crate lists
     CITATION.cff too; the manifest covers both)."""
-    commit = provenance.git_info(root).get("commit")
-    date = citation.release_date(root)
-    cff = citation.citation(root, commit, date).encode()
+    git = provenance.git_info(root)
+    cff = citation.citation(root, git.get("commit"), citation.release_date(git)).encode()
     hashes = {f.as_posix(): sha256_file(root / f) for f in files}
     sizes = {f.as_posix(): (root / f).stat().st_size for f in files}
     hashes["CITATION.cff"], sizes["CITATION.cff"] = sha256_bytes(cff), len(cff)

@@ -19,7 +19,6 @@ from pathlib import Path
 import yaml
 
 from reprodqn.core.errors import InputError
-from reprodqn.determinism import provenance
 
 CFF_SCHEMA = "cff-1.2.0.schema.json"  # citation-file-format/citation-file-format, CC-BY-4.0
 OUTPUT_DIRS = ("runs/", "evaluations/", "reports/", "ranker/")
@@ -27,12 +26,13 @@ SOFTWARE = "results/sbom.cdx.json"
 CONDITIONS = ("results/conditions.json", "results/fingerprint.json")
 
 
-def release_date(root: Path) -> str:
-    """The date the bundle's code was committed (SOURCE_DATE_EPOCH overrides; today only
-    outside git): the same commit always gives the same metadata."""
+def release_date(git: dict) -> str:
+    """The date the bundle's code was committed, from `provenance.git_info`
+    (SOURCE_DATE_EPOCH overrides; today only outside git): the same commit always gives the
+    same metadata."""
     if os.environ.get("SOURCE_DATE_EPOCH"):
         return datetime.fromtimestamp(int(os.environ["SOURCE_DATE_EPOCH"]), UTC).date().isoformat()
-    return provenance.git_info(root).get("date") or datetime.now(UTC).date().isoformat()
+    return git.get("date") or datetime.now(UTC).date().isoformat()
 
 
 def citation(root: Path, commit: str | None, date: str) -> str:
