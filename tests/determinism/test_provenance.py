@@ -15,6 +15,7 @@ import pytest
 from reprodqn.config.params import load_params
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import provenance
+from reprodqn.study import launch
 from tests.helpers import PARAMS, TINY, cli_env, train_tiny
 
 
@@ -131,6 +132,24 @@ def test_conditions_stage_writes_records_and_a_reproducible_sbom(tmp_path):
     record = json.loads((a / "fingerprint.json").read_text())
     assert record["fingerprint"] == json.loads((a / "conditions.json").read_text())[
         "fingerprint"]
+
+
+def test_the_conditions_stage_fingerprints_what_a_study_job_computes_under(tmp_path):
+    """dvc runs the conditions stage in the user's shell, the launcher each job in the
+    environment it states: both must fingerprint the same conditions, or the study never
+    sees a finished run as finished and launches it again."""
+    shell = cli_env()
+    shell.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    subprocess.run([sys.executable, "-m", "reprodqn.cli", "conditions", "--params",
+                    str(PARAMS), "--out-dir", str(tmp_path / "stage")], check=True, env=shell,
+                   capture_output=True)
+    job = launch.Job("conditions/0", ["conditions", "--params", str(PARAMS), "--out-dir",
+                                      str(tmp_path / "job")], launch.job_environment(threads=1))
+    launch.check(launch.LocalExecutor(1).run([job], "test"), "test")
+    stage, in_job = (json.loads((tmp_path / name / "fingerprint.json").read_text())
+                     for name in ("stage", "job"))
+    assert provenance.differences(stage["fields"], in_job["fields"]) == []
+    assert stage["fingerprint"] == in_job["fingerprint"]
 
 
 def test_a_run_from_other_conditions_is_refused_then_retrained(tmp_path):

@@ -66,8 +66,9 @@ def machine_flags() -> set[str]:
 
 
 def apply(floor: str) -> dict[str, str | None]:
-    """Set the floor's knobs in this process's environment (inherited by every worker),
-    after checking the CPU reaches it and torch has not yet read them."""
+    """Set the floor's knobs and cuBLAS's deterministic workspace in this process's
+    environment (inherited by every worker), after checking the CPU reaches the floor and
+    torch has not yet read the knobs."""
     import platform
 
     if floor != "native" and platform.machine() not in ("x86_64", "AMD64"):
@@ -87,4 +88,7 @@ def apply(floor: str) -> dict[str, str | None]:
             raise InputError(f"compute.cpu_isa: {floor} must be applied before torch is "
                              f"imported ({', '.join(stale)} would silently do nothing)")
     os.environ.update(wanted)
+    # stated in every process, as the launcher states it in every study job's environment,
+    # so the conditions stage fingerprints the same conditions its runs compute under
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     return {knob: os.environ.get(knob) for knob in KNOBS}

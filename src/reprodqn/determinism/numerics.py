@@ -2,8 +2,9 @@
 
 CUDA (PyTorch's reproducibility notes): deterministic algorithms, cuDNN deterministic and
 no benchmarking, CUBLAS_WORKSPACE_CONFIG set before cuBLAS starts, TF32 off (fp32
-precision "ieee"; torch 2.13 defaults cuDNN convolutions to TF32). The gpu group turns the
-first three off, as the paper's "nondeterministic GPU operations". CPU: the intra-op thread
+precision "ieee"; torch 2.13 defaults cuDNN convolutions to TF32). The gpu group turns
+deterministic algorithms and cuDNN's off, as the paper's "nondeterministic GPU operations";
+CUBLAS_WORKSPACE_CONFIG is in every process (isa.apply: a fingerprint field). CPU: the thread
 count, which changes results, is fixed from params. Process memory: freed tensor memory
 stays in the heap (`keep_freed_memory`), which changes speed only.
 """
