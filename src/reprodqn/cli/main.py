@@ -14,7 +14,7 @@ from reprodqn.cli import forensics
 from reprodqn.cli.common import load as _load
 from reprodqn.cli.common import resolve_params_path
 from reprodqn.cli.common import stage as _stage
-from reprodqn.core import storage, workspace
+from reprodqn.core import lifeline, storage, workspace
 from reprodqn.core.errors import InputError, MachineError
 
 
@@ -302,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     resolve_params_path(args)
+    with lifeline.stop_on_sigterm():
+        return _run(args)
+
+
+def _run(args) -> int:
     try:
         if hasattr(args, "params") and args.handler is not cmd_params:
             _load(args)
@@ -322,5 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("reprodqn: interrupted", file=sys.stderr)
         return 130
+    except lifeline.Terminated:
+        print(f"reprodqn {args.command}: stopped by SIGTERM, its workers with it; what it "
+              "finished is kept, and running it again resumes", file=sys.stderr)
+        return lifeline.TERMINATED_EXIT
 
 

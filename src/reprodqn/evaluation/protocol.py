@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from reprodqn.core import lifeline
 from reprodqn.determinism import numerics, rng
 from reprodqn.dqn.network import QNetwork, q_values
 from reprodqn.training.atari import (
@@ -166,7 +167,11 @@ def load_network(path: Path, expected_sha256: str | None, device: torch.device) 
 _WORKER: dict = {}
 
 
-def _init_worker(device: str, deterministic_gpu: bool, protocol: Protocol) -> None:
+def _init_worker(device: str, deterministic_gpu: bool, protocol: Protocol,
+                 parent_line=None) -> None:
+    if parent_line is not None:  # kept referenced: collecting it would close the descriptor
+        _WORKER["lifeline"] = parent_line
+        lifeline.watch(parent_line, lifeline.exit_now)
     torch_device, applied = numerics.configure(device, EVAL_THREADS, deterministic_gpu)
     _WORKER.update(device=torch_device, applied=applied, nets={},
                    emulators=Emulators(protocol))
@@ -186,16 +191,21 @@ class Evaluator:
     Each worker takes whole checkpoints, all queued at once: a worker whose episodes have
     ended starts the next checkpoint instead of waiting for the other's longest episode,
     and 100 episodes in one batch keep the Q-network chunks full for longest. With fewer
-    checkpoints than workers, episodes are split instead."""
+    checkpoints than workers, episodes are split instead.
+
+    The workers hold a lifeline to this process: they exit the moment it dies (SIGKILL
+    included) or leaves its `with` block by an exception, instead of playing on unowned."""
 
     def __init__(self, protocol: Protocol, sequences, workers: int, device: str = "cpu",
                  deterministic_gpu: bool = True):
         self.protocol, self.sequences, self.workers = protocol, sequences, workers
-        self._pool = None
+        self._pool = self._lifeline = None
         if workers > 1:
+            self._lifeline = lifeline.Lifeline()
             self._pool = ProcessPoolExecutor(
                 workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker, initargs=(device, deterministic_gpu, protocol))
+                initializer=_init_worker,
+                initargs=(device, deterministic_gpu, protocol, self._lifeline.reader))
         else:
             _init_worker(device, deterministic_gpu, protocol)
         self.device = str(numerics.resolve_device(device))
@@ -203,9 +213,13 @@ class Evaluator:
     def __enter__(self) -> Evaluator:
         return self
 
-    def __exit__(self, *exc) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+    def __exit__(self, exc_type, *exc) -> None:
+        if self._pool is None:
+            return
+        if exc_type is not None:  # a stop or a failure: no episode in flight is worth waiting for
+            self._lifeline.cut()
+        self._pool.shutdown(cancel_futures=True)
+        self._lifeline.close()
 
     def evaluate(self, path: Path, sha256: str,
                  specs: Sequence[EpisodeSpec]) -> list[EpisodeResult]:

@@ -6,6 +6,12 @@ The local executor runs them as subprocesses in W slots: each job gets its own p
 or GPU, and an environment that states the numerics settings instead of inheriting them
 by chance. Where a job runs never changes its result: the thread count is a param, and
 the device is part of the conditions fingerprint.
+
+Jobs do not outlive their study. Each holds the study's lifeline (core.lifeline): when the
+study dies, however it dies, every job is sent SIGTERM and stops as a kill would leave it,
+resumable, rather than finish its run unwatched (hours at the laptop scale, holding a core
+that the restarted study expects to have). A study stopped by SIGTERM or a failure stops
+its jobs the same way before it exits.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reprodqn.core import run_lock
+from reprodqn.core import lifeline, run_lock
 from reprodqn.core.errors import InputError
 from reprodqn.core.progress import format_duration
 from reprodqn.core.workers import ACTOR_WORKERS_ENV, visible_gpus
@@ -30,6 +36,7 @@ JOB_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONHASHSEED",
                    "REPRODQN_MLFLOW_EXPERIMENT", "REPRODQN_TRACKING", "REPRODQN_IMAGE",
                    "REPRODQN_IMAGE_DIGEST", "VIRTUAL_ENV", "DVC_ROOT", "PYTHONPATH",
                    ACTOR_WORKERS_ENV)
+STOP_GRACE_SECONDS = 60  # a job sent SIGTERM stops its workers and exits; then it is killed
 
 
 @dataclass
@@ -88,8 +95,17 @@ class LocalExecutor:
 
     def run(self, jobs: Sequence[Job], label: str,
             monitor: Callable[[], None] | None = None) -> list[JobResult]:
-        pending = list(jobs)
         running: dict[int, tuple[subprocess.Popen, Job, float, Path | None]] = {}
+        line = lifeline.Lifeline()
+        try:
+            return self._run(jobs, label, monitor, running, line)
+        finally:
+            line.cut()  # a job that somehow missed its SIGTERM still sees its study gone
+            _stop([process for process, *_ in running.values()])
+            line.close()
+
+    def _run(self, jobs, label, monitor, running, line) -> list[JobResult]:
+        pending = list(jobs)
         results: list[JobResult] = []
         start = time.monotonic()
         total = len(jobs)
@@ -106,8 +122,10 @@ class LocalExecutor:
                         log = self.log_dir / (job.name.replace("/", "-") + ".log")
                         log.parent.mkdir(parents=True, exist_ok=True)
                         stdout = open(log, "w")  # noqa: SIM115 -- closed when the job ends
-                    process = subprocess.Popen(self._argv(slot, job),
-                                               env=self._slot_env(slot, job.env),
+                    env = self._slot_env(slot, job.env)
+                    env[lifeline.FD_ENV] = str(line.reader.fileno())
+                    process = subprocess.Popen(self._argv(slot, job), env=env,
+                                               pass_fds=(line.reader.fileno(),),
                                                stdout=stdout, stderr=subprocess.STDOUT
                                                if stdout else None)
                     if stdout:
@@ -129,6 +147,21 @@ class LocalExecutor:
                 print(f"{label}: {job.name} {state}; {done}/{total} jobs, "
                       f"{rate * 3600:.1f} jobs/h, ETA {eta}", file=sys.stderr, flush=True)
         return results
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM to each job still running, then wait; what has not exited by the grace is
+    killed (its files stay as a kill leaves them: resumable)."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    for process in processes:
+        try:
+            process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def check(results: list[JobResult], label: str) -> None:
