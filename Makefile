@@ -36,7 +36,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONHASHSEED := 0
 
 .PHONY: venv repro select smoke smoke-workspace smoke-reference laptop laptop-workspace laptop-verify \
-        laptop-reference test test-slow test-slurm bench lint readme dvc-deps ui lock docker-build docker-run \
+        laptop-reference test test-slow test-slurm bench lint docs-tables docs docs-serve dvc-deps ui lock docker-build docker-run \
         bundle clean
 
 venv: $(STAMP)
@@ -134,13 +134,22 @@ bench: $(STAMP)
 	$(BIN)/python bench/determinism_overhead.py
 	$(BIN)/python bench/optimizer_step.py
 
-# The README's module table, from the package's own docstrings (a test checks it).
-readme: $(STAMP)
-	$(BIN)/python -m tools.readme_modules
+# The docs' generated tables: the module table, from the package's own docstrings, and the
+# parameter reference, from the params models' descriptions (tests check both).
+docs-tables: $(STAMP)
+	$(BIN)/python -m tools.module_table
+	$(BIN)/python -m tools.params_reference
 
 # dvc.yaml's code dependencies, from the import graph (a test checks them).
 dvc-deps: $(STAMP)
 	$(BIN)/python -m tools.dvc_deps
+
+# The manual (mkdocs.yml): built strict, so a broken link or an unlisted page fails.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	$(BIN)/mkdocs serve
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench experiments tools

@@ -1,6 +1,7 @@
 """The package's shape: subpackages that import only the layers their `__init__` allows,
 one concern per module, short functions, no import cycles, one owner for every record
-name, and a README whose module table and paper map name what there is."""
+name, and documentation whose module table, paper map and parameter reference name what
+there is."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 import pytest
 
 from tests.helpers import ROOT
+from tools.module_table import MODULE_TABLE, PAGE, module_table
 from tools.package_graph import (
     PACKAGE,
     declared_layers,
@@ -21,7 +23,7 @@ from tools.package_graph import (
     modules,
     subpackages,
 )
-from tools.readme_modules import MODULE_TABLE, module_table
+from tools.params_reference import parameters_page
 
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
@@ -92,12 +94,12 @@ def test_no_import_cycle_even_through_imports_inside_functions():
             assert cycle is None, " -> ".join(cycle)
 
 
-def test_readme_module_table_names_every_module_with_its_docstring_summary():
-    """The README lists each module once under its subpackage, with its docstring's first
-    sentence; `make readme` rewrites the table from the package."""
-    found = MODULE_TABLE.search((ROOT / "README.md").read_text())
-    assert found, "README.md has no <!-- modules --> table"
-    assert found.group(2) == module_table(), "README's module table is stale: run make readme"
+def test_module_table_names_every_module_with_its_docstring_summary():
+    """The development page lists each module once under its subpackage, with its
+    docstring's first sentence; `make docs-tables` rewrites the table from the package."""
+    found = MODULE_TABLE.search(PAGE.read_text())
+    assert found, f"{PAGE.name} has no <!-- modules --> table"
+    assert found.group(2) == module_table(), "the module table is stale: run make docs-tables"
     assert all(f"`{name.split('.', 2)[2]}`" in module_table() for name in modules())
 
 
@@ -135,9 +137,17 @@ def test_digests_are_made_only_in_core_digests():
     assert not by_hand
 
 
-def test_every_name_in_the_readme_paper_map_resolves():
-    """The README's map from the paper to the code names real functions and classes."""
-    text = (ROOT / "README.md").read_text()
+def test_the_parameter_reference_is_generated_from_the_params_models():
+    """docs/parameters.md is the models' descriptions and params.yaml's comments, current."""
+    assert (ROOT / "docs" / "parameters.md").read_text() == parameters_page(), \
+        "docs/parameters.md is stale: run make docs-tables"
+    assert "| `replay.capacity` |" in parameters_page()
+
+
+def test_every_name_in_the_paper_map_resolves():
+    """The fidelity page's map from the paper to the code names real functions and
+    classes."""
+    text = (ROOT / "docs" / "fidelity.md").read_text()
     section = text.split("## From the paper to the code", 1)[1].split("\n## ", 1)[0]
     names = re.findall(r"`(reprodqn\.[\w.]+)`", section)
     assert len(names) >= 20

@@ -1,8 +1,8 @@
 """Cross-machine replication on every machine that runs the tests: a tiny training run at the
 default CPU floor must reproduce the hash chain committed in tests/golden/, which another
 machine produced (its CPU is in tiny-nips-4000.machine.json). A failure here is a finding:
-note this machine's CPU, run `reprodqn verify`, and see the README's "What replicates
-where" table."""
+note this machine's CPU, run `reprodqn verify`, and see the "What replicates
+where" table in docs/replication.md."""
 
 from __future__ import annotations
 
@@ -36,9 +36,10 @@ def trace_command() -> str:
 
 
 def test_a_tiny_run_reproduces_the_golden_chain_of_another_machine(tmp_path):
-    """A CPU with a recorded divergent chain (tests/golden/divergent/, an open finding the
-    README explains) must reproduce that chain instead, and is reported as xfail: a code
-    change that alters numerics still fails here, on either side of the divergence."""
+    """A CPU with a recorded divergent chain (tests/golden/divergent/, an open finding
+    docs/replication.md explains) must reproduce that chain instead, and is reported as
+    xfail: a code change that alters numerics still fails here, on either side of the
+    divergence."""
     argv = [sys.executable, "-m", "reprodqn.cli", *COMMAND, "--runs-dir", str(tmp_path)]
     for item in OVERRIDES:
         argv += ["--set", item]

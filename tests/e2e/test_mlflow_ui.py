@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,21 +23,8 @@ import pytest
 
 from tests.helpers import PARAMS, ROOT, TINY, cli_env
 
-CHROMIUM = shutil.which("chromium")
-DRIVER = shutil.which("chromedriver")
 GROUPS = ("deterministic", "exploration")
 DEADLINE = 90.0  # seconds for the server to answer and for each page state to render
-
-
-@pytest.fixture(scope="module")
-def browser_tools():
-    if CHROMIUM and DRIVER:
-        return CHROMIUM, DRIVER
-    reason = "needs Debian's chromium and chromium-driver (apt-get install chromium " \
-             "chromium-driver)"
-    if os.environ.get("REPRODQN_REQUIRE_CHROMIUM") == "1":
-        pytest.fail(reason + "; REPRODQN_REQUIRE_CHROMIUM=1 demands it")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
@@ -112,22 +98,6 @@ def server(store):
     finally:
         process.terminate()
         process.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def driver(browser_tools):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, chromedriver = browser_tools
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--window-size=1400,900"):
-        options.add_argument(argument)
-    browser = webdriver.Chrome(options=options, service=Service(chromedriver))
-    yield browser
-    browser.quit()
 
 
 def wait_for(driver, condition, what: str):

@@ -115,7 +115,7 @@ def test_varying_one_seed_changes_results_only_as_expected(reference, tmp_path, 
 
 
 def test_two_threads_give_one_chain_run_after_run(tmp_path):
-    """compute.threads: 2 (the README's faster choice on a laptop) is deterministic for that
+    """compute.threads: 2 (docs/speed.md's faster choice on a laptop) is deterministic for that
     count: two runs agree bit for bit, and the runs record the count they used."""
     from reprodqn.config.params import load_params
 

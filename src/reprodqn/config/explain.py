@@ -54,34 +54,67 @@ def describe_type(annotation, metadata) -> str:
     return name
 
 
+def _sections() -> list[str]:
+    return [name for name, field in Params.model_fields.items()
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)]
+
+
+def _knobs(params: Params, section: str, comments: dict[str, str]):
+    """(key, type, default, value in force, description, source) of a section's knobs."""
+    model = Params.model_fields[section].annotation
+    current = getattr(params, section)
+    for key, field in model.model_fields.items():
+        value = ", ".join(current.groups) if key == "groups" else getattr(current, key)
+        default = "required" if field.is_required() else repr(field.get_default(
+            call_default_factory=True))
+        yield (key, describe_type(field.annotation, field.metadata), default, value,
+               field.description or "", comments.get(f"{section}.{key}", ""))
+
+
+def _summary(section: str) -> str:
+    return (Params.model_fields[section].annotation.__doc__ or "").strip().splitlines()[0]
+
+
 def explain(params: Params, params_path: Path, section: str = "") -> str:
     """The knobs of every section (or of one), each with what it is and where it comes
     from; raises InputError naming the sections for an unknown one."""
-    sections = [name for name, field in Params.model_fields.items()
-                if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)]
+    sections = _sections()
     if section and section not in sections:
         raise InputError(f"--explain {section}: expected one of {', '.join(sections)}")
     comments = source_comments(params_path)
     lines = []
     for name in [section] if section else sections:
-        model = Params.model_fields[name].annotation
-        lines.append(f"[{name}]  {(model.__doc__ or '').strip().splitlines()[0]}")
-        current = getattr(params, name)
-        for key, field in model.model_fields.items():
-            if key == "groups":
-                value = ", ".join(current.groups)
-            else:
-                value = getattr(current, key)
-            default = "required" if field.is_required() else repr(field.get_default(
-                call_default_factory=True))
-            lines.append(f"  {name}.{key}: {describe_type(field.annotation, field.metadata)}; "
-                         f"default {default}; now {value!r}")
-            if field.description:
-                lines.append(f"      {field.description}")
-            if f"{name}.{key}" in comments:
-                lines.append(f"      source: {comments[f'{name}.{key}']}")
+        lines.append(f"[{name}]  {_summary(name)}")
+        for key, kind, default, value, description, source in _knobs(params, name, comments):
+            lines.append(f"  {name}.{key}: {kind}; default {default}; now {value!r}")
+            if description:
+                lines.append(f"      {description}")
+            if source:
+                lines.append(f"      source: {source}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def reference_page(params: Params, params_path: Path) -> str:
+    """The documentation site's parameter reference: the same knobs as `explain`, as one
+    Markdown table per section, the value params.yaml sets beside the model's default."""
+    comments = source_comments(params_path)
+    lines = ["# Parameters", "",
+             "Every knob of `params.yaml`, generated from the params models' own "
+             "descriptions (`make docs-tables`; a test keeps it current). "
+             "`reprodqn params --explain [SECTION]` prints the same, with the values in "
+             "force after presets and `--set`.", ""]
+    for name in _sections():
+        lines += [f"## `{name}`", "", _summary(name), "",
+                  "| knob | type | default | what it is | source |", "|---|---|---|---|---|"]
+        for key, kind, default, value, description, source in _knobs(params, name, comments):
+            shown = f"`{default}`"
+            if key != "groups" and repr(value) != default:
+                shown += f" (params.yaml: `{value!r}`)"
+            cells = [f"`{name}.{key}`", kind, shown, description, source]
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def departures(params: Params) -> list[dict]:

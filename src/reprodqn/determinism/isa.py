@@ -31,7 +31,7 @@ THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 NUMERICS_ENV = ("CUBLAS_WORKSPACE_CONFIG", *KNOBS, *THREAD_ENV, "PYTHONHASHSEED")
 FINGERPRINT_ENV = ("CUBLAS_WORKSPACE_CONFIG", *KNOBS)
 FLOORS = {
-    # Intel and AMD alike (README, "What replicates where": shown op by op under valgrind)
+    # Intel and AMD alike (docs/replication.md: shown op by op under valgrind)
     "portable": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
                  "MKL_CBWR": "COMPATIBLE"},
     # one vendor's CPUs: MKL's AVX2/AVX512 branches on Intel, its AUTO branch elsewhere

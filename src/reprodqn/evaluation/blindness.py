@@ -17,7 +17,7 @@ The alarm: a run whose spread at its third checkpoint after step 0 is still with
 its step-0 value. With the authors' optimizer (torch's RMSprop, eps 0.01 after the square
 root, on a mean loss) this is expected for the first few hundred thousand steps: per-weight
 gradients of 1e-5..1e-4 make each update plain SGD with step 0.025 g, and the torso barely
-moves (README, "Does it learn?").
+moves (docs/dqn-family.md, "Does it learn?").
 """
 
 from __future__ import annotations
@@ -105,8 +105,8 @@ def report_lines(study, optimizer: str) -> list[str]:
                       "eps = 0.01 after the square root, and with a mean loss the per-weight "
                       "gradients (1e-5 to 1e-4) leave every update plain SGD with step "
                       "0.025 g, 3.2x smaller than DeepMind's centred RMSProp; the torso "
-                      "barely moves for the first few hundred thousand steps (README, "
-                      "\"Does it learn?\")."]
+                      "barely moves for the first few hundred thousand steps (docs/"
+                      "dqn-family.md, \"Does it learn?\")."]
     else:
         lines.append(f"No alarm: every run with {ALARM_CHECKPOINT} checkpoints after step 0 "
                      f"has Q's spread at least {ALARM_FACTOR:g}x its step-0 value.")

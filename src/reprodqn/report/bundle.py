@@ -26,10 +26,10 @@ from reprodqn.core.errors import InputError
 from reprodqn.determinism import provenance
 from reprodqn.report import citation
 
-PROJECT_FILES = ("README.md", "CITATION.cff", "Makefile", "Dockerfile", ".dockerignore",
-                 "pyproject.toml", "requirements.lock", "params.yaml",
-                 "dvc.yaml", "dvc.lock", ".dvcignore", ".dvc/config", ".gitignore")
-PROJECT_DIRS = ("src", "tests", "tools", "bench", "experiments", ".ci", "presets")
+PROJECT_FILES = ("README.md", "CHANGELOG.md", "mkdocs.yml", "CITATION.cff", "Makefile",
+                 "Dockerfile", ".dockerignore", "pyproject.toml", "requirements.lock",
+                 "params.yaml", "dvc.yaml", "dvc.lock", ".dvcignore", ".dvc/config", ".gitignore")
+PROJECT_DIRS = ("src", "tests", "tools", "bench", "experiments", ".ci", "presets", "docs")
 ROOT = "reprodqn-bundle"
 METADATA = ("CITATION.cff", "ro-crate-metadata.json")  # written by the bundle, for archives
 MANIFEST = "MANIFEST.sha256"

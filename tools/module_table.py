@@ -1,5 +1,6 @@
-"""`make readme`: the README's module table, grouped by subpackage in data-flow order (each
-with its `__init__` summary), every module with the first sentence of its docstring."""
+"""`make docs-tables`: the development page's module table, grouped by subpackage in
+data-flow order (each with its `__init__` summary), every module with the first sentence of
+its docstring."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 
 from tools.package_graph import ROOT, declared_layers, layer_order, module_path, modules
 
+PAGE = ROOT / "docs" / "development.md"
 MODULE_TABLE = re.compile(r"(<!-- modules -->\n)(.*?)(<!-- /modules -->)", re.S)
 
 
@@ -29,10 +31,9 @@ def module_table() -> str:
     return "\n".join(rows)
 
 
-def readme_with_table(text: str) -> str:
+def page_with_table(text: str) -> str:
     return MODULE_TABLE.sub(lambda m: m.group(1) + module_table() + m.group(3), text)
 
 
 if __name__ == "__main__":
-    readme = ROOT / "README.md"
-    readme.write_text(readme_with_table(readme.read_text()))
+    PAGE.write_text(page_with_table(PAGE.read_text()))
