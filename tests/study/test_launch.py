@@ -46,3 +46,15 @@ def test_a_failed_job_is_named_and_the_others_still_run(tmp_path):
     with pytest.raises(InputError, match=r"test: 1 of 2 jobs failed: bad/1 \(log .*bad-1.log\)"):
         launch.check(results, "test")
     assert "train.steps" in (tmp_path / "logs" / "bad-1.log").read_text()
+
+
+def test_the_papers_scale_on_a_cpu_says_what_it_costs_before_training():
+    from reprodqn.config.params import load_params
+    from reprodqn.study.stages import cpu_cost_warning
+
+    paper = load_params(PARAMS)
+    warning = cpu_cost_warning(paper, runs=30, workers=2, measured=None)
+    assert "about 1,190 hours" in warning and "`make laptop`" in warning
+    assert "about 595 hours" in cpu_cost_warning(paper, 30, 2, measured=140.0)
+    smoke = load_params(PARAMS, ["train.steps=3000"])
+    assert cpu_cost_warning(smoke, runs=12, workers=2, measured=None) is None

@@ -53,6 +53,10 @@ def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluation
     if not jobs:
         return
     executor = make_executor()
+    if stage == "train" and isinstance(executor, LocalExecutor) and not executor.gpus:
+        warning = cpu_cost_warning(params, len(jobs), executor.workers, measured_speed(runs))
+        if warning:
+            print(f"{label}: {warning}", file=sys.stderr, flush=True)
     parent = None
     if mlflow_store.enabled():  # the store's schema and the study run, once, before any job
         parent = tracking.study_run(params, workspace.current_fingerprint())
@@ -73,6 +77,25 @@ def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluation
     finally:
         if parent is not None:
             tracking.finish_study_run(parent)
+
+
+# agent steps/s of one run on one CPU core in the learning phase, until runs measure their
+# own (docs/speed.md: 70-90 on the CPUs measured at the defaults)
+CPU_STEPS_PER_SECOND = 70
+CPU_WARNING_HOURS = 24
+
+
+def cpu_cost_warning(params, runs: int, workers: int, measured: float | None) -> str | None:
+    """What training this study costs on this machine's cores, when it is more than a day
+    (the paper's scale on a CPU): so nobody starts months of training unawares."""
+    speed = measured or CPU_STEPS_PER_SECOND
+    hours = runs * params.train.steps / (speed * min(workers, runs)) / 3600
+    if hours <= CPU_WARNING_HOURS:
+        return None
+    return (f"{runs} runs of {params.train.steps:,} agent steps on the CPU, {workers} at a "
+            f"time, at about {speed:.0f} steps/s each: about {hours:,.0f} hours on this "
+            "machine. `make laptop` runs the whole study at a scale where the agents learn, "
+            "overnight on 2 cores; Ctrl-C stops this one, and rerunning resumes it.")
 
 
 def make_executor(name: str, workers: int | None, cores_per_job: int,
