@@ -70,8 +70,8 @@ define fill-workspace
 endef
 
 # The smoke workspace alone (make docker-run WORKSPACE=build/smoke runs it in the image).
-# PRESET=double|dueling|per|r2d2-priority|authors-2018|deepmind-2015|adam makes it for a preset
-# (presets/$(PRESET).yaml, applied before the smoke scale, presets/smoke.yaml).
+# PRESET=NAME makes it for a preset (presets/NAME.yaml, a DQN-family variant, applied before
+# the smoke scale, presets/smoke.yaml).
 smoke-workspace: $(STAMP)
 	rm -rf $(SMOKE)
 	$(call fill-workspace,$(SMOKE))

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from reprodqn.config.params import load_params  # noqa: E402
-from reprodqn.config.variants import preset_path  # noqa: E402
-from reprodqn.determinism import isa  # noqa: E402 -- the CPU floor must be set before torch loads
+from reprodqn.config.params import load_params
+from reprodqn.config.variants import preset_path
+from reprodqn.determinism import isa
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ isa.apply(floor_from_argv())
 import torch  # noqa: E402
 
 from reprodqn.config.params import resolve_run  # noqa: E402
-from reprodqn.config.variants import PRESETS, algorithm_name  # noqa: E402
+from reprodqn.config.variants import algorithm_name, preset_names  # noqa: E402
 from reprodqn.core import workspace  # noqa: E402
 from reprodqn.core.atomic import write_text  # noqa: E402
 from reprodqn.core.events import CheckpointWritten  # noqa: E402
@@ -114,7 +114,8 @@ def config_for(args):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="dqn",
-                        help=f"dqn (params.yaml as it is) or one of {', '.join(PRESETS)}")
+                        help="dqn (params.yaml as it is) or one of "
+                        f"{', '.join(preset_names(ROOT / 'params.yaml'))}")
     parser.add_argument("--steps", type=int, default=500_000)
     parser.add_argument("--checkpoint-every", type=int, default=50_000)
     parser.add_argument("--resume-every", type=int, default=250_000,

@@ -21,7 +21,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 PANELS = (("score", "greedy score on the authors' start states"), ("max_q", "mean max_a Q"),
           ("greedy_actions", "distinct greedy actions"),

@@ -24,7 +24,7 @@ TINY_OVERLAY = {
 TINY = [f"{section}.{key}={value}" for section, values in TINY_OVERLAY.items()
         for key, value in values.items()]
 
-# the learning issue's optimizers as --set overrides (DeepMind 2015; Dopamine's JAX Adam)
+# the other optimizers DQN was trained with, as --set overrides (DeepMind 2015; Dopamine)
 CENTERED = ["agent.optimizer=rmsprop_centered", "agent.loss_reduction=sum"]
 ADAM = ["agent.optimizer=adam", "agent.learning_rate=6.25e-5", "agent.loss=mse"]
 

@@ -30,7 +30,7 @@ def test_real_params_hold_the_papers_hyperparameters():
     assert (p.replay.capacity, p.replay.learning_starts) == (1_000_000, 50_000)
     assert (p.train.steps, p.train.checkpoint_every) == (20_000_000, 250_000)
     assert {v for k, v in p.seeds.model_dump().items() if k != "generator"} == {123}
-    # where the authors' code and a choice differ, the default is the authors' (DESIGN rule 7)
+    # where the authors' code and a choice differ, the default is the authors' (docs/fidelity.md)
     assert p.seeds.generator == "authors" and p.agent.target_dtype == "float64"
     assert p.env.sticky_survives_reset and p.train.end_episode_at_evaluation
     assert p.replay.episode_time_wraps and p.start_states.noop_prefix == 2
@@ -214,3 +214,14 @@ def test_nan_and_infinities_are_refused_in_every_float_wherever_set(value, tmp_p
     broken.write_text((PARAMS).read_text().replace("discount: 0.99 ", f"discount: {value} "))
     with pytest.raises(InputError, match=rf"{broken}: agent.discount: input should be a finite"):
         load_params(broken)
+
+
+def test_params_yaml_departs_from_no_default_of_the_models(tmp_path):
+    """The models' defaults are the one source of the paper's values; params.yaml states
+    them with their sources and must never say otherwise."""
+    from reprodqn.config.explain import departures
+
+    assert departures(load_params(PARAMS)) == []
+    changed = tmp_path / "params.yaml"
+    changed.write_text(PARAMS.read_text().replace("  steps: 20000000 ", "  steps: 10000000 ", 1))
+    assert [d["key"] for d in departures(load_params(changed))] == ["train.steps"]

@@ -185,7 +185,7 @@ def test_n_step_return_stops_at_a_life_loss_that_ends_the_episode(tmp_path):
         [min(t for t in lives_lost if t >= i) for i in before])).all()
 
 
-def test_one_step_replay_samples_as_before_and_n_step_needs_the_window_written():
+def test_one_step_replay_samples_the_authors_transitions_and_n_step_needs_its_window():
     log = episode_log(seed=1, steps=300)
     one = ReplayMemory(1000, 4, 2)
     three = ReplayMemory(1000, 4, 2, n_step=3)
@@ -243,11 +243,11 @@ def test_variant_trains_twice_to_one_chain_resumes_to_it_and_differs_from_dqn(
         assert first[0]["weights_sha256"] == dqn[0]["weights_sha256"]
 
 
-def test_variant_knobs_at_their_defaults_leave_the_digest_as_before():
+def test_variant_knobs_at_their_defaults_leave_the_digest_unchanged():
     params = load_params(PARAMS)
     config = resolve_run(params, "deterministic", 0)
-    # recorded before issue 13 added the DQN-family knobs, at the avx2 floor the default was
-    # then: existing runs stay valid; the default floor, now portable, is all that moved
+    # the digest of the authors' DQN without the DQN-family knobs, at the avx2 floor: runs
+    # recorded without those knobs stay valid; the portable floor's digest differs only there
     avx2 = resolve_run(load_params(PARAMS, ["compute.cpu_isa=avx2"]), "deterministic", 0)
     assert avx2.digest() == "fc4f815d079d558414d9fc8673750e8b2283ff1e712f4c239ed23cd3ab4b901e"
     assert config.digest() == "8afe1e1bf389e0ee4cc454b579f8a7694b295f98dcddf11727aff4792d5b2c42"
@@ -276,10 +276,10 @@ def test_variant_knobs_at_their_defaults_leave_the_digest_as_before():
     ("adam", "DQN (Adam)"),
 ])
 def test_presets_are_overlays_that_run_at_smoke_scale_and_name_their_algorithm(preset, name):
-    from reprodqn.config.variants import PRESETS, algorithm_name, preset_path
+    from reprodqn.config.variants import algorithm_name, preset_names, preset_path
     from tests.helpers import ROOT
 
-    assert preset in PRESETS and preset_path(PARAMS, preset).exists()
+    assert preset in preset_names(PARAMS) and preset_path(PARAMS, preset).exists()
     smoke = ROOT / "presets" / "smoke.yaml"
     params = load_params(PARAMS, overlay=[preset_path(PARAMS, preset), smoke])
     assert algorithm_name(params) == name

@@ -60,7 +60,7 @@ def test_epsilon_greedy_draws_uniform_then_action_from_the_exploration_stream():
     agent = paper_agent()
     agent.epsilon.value = 0.5
     state = np.zeros((4, 84, 84), np.uint8)
-    ours, theirs = AuthorsStream(3), np.random.RandomState(3)  # noqa: NPY002 -- on purpose
+    ours, theirs = AuthorsStream(3), np.random.RandomState(3)
     actions = [agent.act(state, ours) for _ in range(200)]
     greedy = agent.greedy_action(state)
     expected = [theirs.randint(4) if theirs.uniform(0, 1) < 0.5 else greedy

@@ -155,8 +155,9 @@ def test_unknown_preset_and_unfitting_capacity_are_one_line_and_exit_2(tmp_path)
                              str(PARAMS), "--preset", "rainbow", "--out", str(tmp_path / "p")],
                             capture_output=True, text=True, env=cli_env())
     assert result.returncode == 2 and result.stderr.count("\n") == 1
-    assert "--preset rainbow: unknown variant; expected one of double, dueling, per, " \
-           "r2d2-priority" in result.stderr
+    assert "--preset rainbow: no presets/rainbow.yaml beside" in result.stderr
+    assert "expected one of adam, authors-2018, deepmind-2015, double, dueling, laptop, per, " \
+           "r2d2-priority, smoke" in result.stderr
     command = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "deterministic",
                "--run", "0", "--params", str(PARAMS), "--runs-dir", str(tmp_path)]
     for item in [*TINY, "replay.prioritized=true", "replay.capacity=100000000000"]:

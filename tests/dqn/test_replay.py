@@ -62,7 +62,7 @@ def test_indices_are_the_authors_draws_and_redraws(capacity, steps):
     replay, _ = simulate(capacity, steps, seed=capacity)
     for seed in range(5):
         ours = replay.sample_indices(32, AuthorsStream(seed))
-        theirs = authors_sample_minibatch(replay, replay.size, np.random.RandomState(seed), 32)  # noqa: NPY002
+        theirs = authors_sample_minibatch(replay, replay.size, np.random.RandomState(seed), 32)
         assert ours.tolist() == theirs
 
 

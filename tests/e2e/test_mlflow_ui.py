@@ -2,10 +2,10 @@
 store written by reprodqn's own tracking code, opened in headless Chromium (Debian's
 `chromium` and `chromium-driver`, driven through Selenium).
 
-It checks what the issue asked for: the experiment describes itself and is of the model
+It checks what a reader needs: the experiment describes itself and is of the model
 training kind, the runs table shows the study run with its group x run runs nested under
-it, and the chart view draws the evaluation score. Without chromium the test skips,
-unless REPRODQN_REQUIRE_CHROMIUM=1 (CI sets it), where it fails instead.
+it, and the chart view draws the evaluation score. The browser fixtures are in
+conftest.py.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def server(store):
         [str(mlflow), "ui", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
          "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
         env=cli_env(**make_ui_env()), stdout=subprocess.DEVNULL,
-        stderr=open(root / "ui.log", "w"))  # noqa: SIM115 -- the child holds it
+        stderr=open(root / "ui.log", "w"))  # the child holds it
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + DEADLINE
     try:

@@ -59,7 +59,7 @@ def authors_episode(sequence, action, max_frames, sticky_seed=None, sticky_p=0.0
     ale.setFloat("repeat_action_probability", 0.0)
     ale.loadROM(roms.get_rom_path("breakout"))
     # the authors' eval: set_action_seed(k) makes RandomState(k), drawn with uniform(0, 1)
-    rng = np.random.RandomState(sticky_seed) if sticky_seed is not None else None  # noqa: NPY002
+    rng = np.random.RandomState(sticky_seed) if sticky_seed is not None else None
     previous = [0]
 
     def act(a):

@@ -77,7 +77,7 @@ def test_no_op_starts_draw_once_from_the_noop_stream_and_life_loss_ends_the_epis
     noop_rng = AuthorsStream(5)
     env = TrainingEnv(env_config(), None, noop_rng)
     env.begin_episode()
-    expected = np.random.RandomState(5)  # noqa: NPY002 -- the authors' perform_no_ops draw
+    expected = np.random.RandomState(5)
     assert env.emulator.ale.getEpisodeFrameNumber() == expected.randint(1, 31)
     assert noop_rng.uniform() == expected.uniform(0, 1)
 

@@ -34,8 +34,8 @@ def authors_loop(steps, p, sticky_p):
     """dqn/train.py's loop with ale_wrapper.py, preprocess.py, utils.perform_no_ops and
     replaybuffer.sample_minibatch, restated with their generators and draw calls."""
     s, a, r = p.seeds, p.agent, p.replay
-    rnd_exp, rnd_no_op = np.random.RandomState(s.exploration), np.random.RandomState(s.noop)  # noqa: NPY002
-    rnd_sample, rnd_repeat = np.random.RandomState(s.minibatch), np.random.RandomState(s.sticky)  # noqa: NPY002
+    rnd_exp, rnd_no_op = np.random.RandomState(s.exploration), np.random.RandomState(s.noop)
+    rnd_sample, rnd_repeat = np.random.RandomState(s.minibatch), np.random.RandomState(s.sticky)
     ale = ALEInterface()
     ale.setInt("random_seed", 0)
     ale.setFloat("repeat_action_probability", 0.0)

@@ -173,11 +173,11 @@ def cmd_report(args) -> int:
     from reprodqn.config.explain import departures
     from reprodqn.config.variants import algorithm_name
     from reprodqn.core.atomic import read_json
-    from reprodqn.report import writer
+    from reprodqn.report import study_records, writer
     from reprodqn.study import mlflow_store, tracking
 
     params = _load(args)
-    study = writer.load_study(args.root, params.study)
+    study = study_records.load_study(args.root, params.study)
     audit_path = args.root / workspace.RESULTS / workspace.AUDIT
     audit = read_json(audit_path, "audit record") if audit_path.exists() else None
     algorithm = algorithm_name(params)
@@ -266,8 +266,8 @@ def _add_tools(sub) -> None:
     p.add_argument("--overlay", type=Path, action="append", default=[],
                    help="a partial params file (repeatable; applied in order, after --preset)")
     p.add_argument("--preset", default=None, metavar="NAME",
-                   help="a DQN-family variant: its overlay params-NAME.yaml, applied first "
-                   "(double, dueling, per, r2d2-priority)")
+                   help="an overlay presets/NAME.yaml beside --params, applied first: a "
+                   "DQN-family variant or a scale (an unknown NAME lists them)")
     p.add_argument("--out", type=Path, default=None, help="where to write the full params")
     p.add_argument("--explain", nargs="?", const="", default=None, metavar="SECTION",
                    help="print every knob (of SECTION) with type, range, default, source")

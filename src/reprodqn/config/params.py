@@ -16,7 +16,7 @@ from reprodqn.config import sources
 from reprodqn.config.selection import RankerConfig, StartStatesConfig
 from reprodqn.config.study import StudyConfig
 from reprodqn.config.types import Frozen, PositiveInt, Probability, Seed
-from reprodqn.config.variants import VARIANT_DEFAULTS, check_actors, check_n_step
+from reprodqn.config.variants import VARIANT_KNOBS, check_actors, check_n_step
 from reprodqn.core.digests import json_digest
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import rng
@@ -278,9 +278,10 @@ class RunConfig(Frozen):
         exclude = {"group": True, "run": True, "train": {"resume_every"}}
         body = self.model_dump(mode="json", exclude=exclude if compute else
                                {**exclude, "compute": True})
-        for section, defaults in VARIANT_DEFAULTS.items():
+        for section, knobs in VARIANT_KNOBS.items():
+            fields = type(getattr(self, section)).model_fields
             body[section] = {k: v for k, v in body[section].items()
-                             if k not in defaults or defaults[k] != v}
+                             if k not in knobs or fields[k].default != v}
         if not self.replay.prioritized:
             del body["priority"]
         return json_digest(body)

@@ -1,6 +1,7 @@
-"""The DQN family in params: which algorithm a config names, the knobs' defaults (the authors'
-DQN), and the limits the switches must respect. Kept apart from config.py's schema so
-the report and tracking can name an algorithm without the whole loader."""
+"""The DQN family in params: which algorithm a config names, which knobs are its switches
+(their defaults, the params models', are the authors' DQN), the limits the switches must
+respect, and the presets. Kept apart from the params models (config.params) so the report
+and tracking can name an algorithm without the whole loader."""
 
 from __future__ import annotations
 
@@ -8,27 +9,27 @@ from pathlib import Path
 
 from reprodqn.core.errors import InputError
 
-# params overlays in presets/ beside params.yaml: presets/<name>.yaml
-# (`reprodqn params --preset NAME`, `make smoke PRESET=NAME`)
-PRESETS = ("double", "dueling", "per", "r2d2-priority", "authors-2018", "deepmind-2015",
-           "adam")
+
+def preset_names(params_path: str | Path) -> list[str]:
+    """The presets beside a params file: each presets/<name>.yaml is a params overlay
+    (`reprodqn params --preset NAME`, `make smoke PRESET=NAME`); the folder is their list."""
+    return sorted(p.stem for p in (Path(params_path).parent / "presets").glob("*.yaml"))
 
 
 def preset_path(params_path: str | Path, name: str) -> Path:
     """The overlay file of a preset, in presets/ beside the params file; one line for an
     unknown name."""
-    if name not in PRESETS:
-        raise InputError(f"--preset {name}: unknown variant; expected one of "
-                         f"{', '.join(PRESETS)}")
+    names = preset_names(params_path)
+    if name not in names:
+        raise InputError(f"--preset {name}: no presets/{name}.yaml beside {params_path}; "
+                         f"expected one of {', '.join(names) or '(none there)'}")
     return Path(params_path).parent / "presets" / f"{name}.yaml"
 
-# the DQN-family switches (issue 13); these values are the authors' DQN
-VARIANT_DEFAULTS = {"agent": {"double": False, "dueling": False, "n_step": 1,
-                              "optimizer": "rmsprop", "loss": "huber",
-                              "loss_reduction": "mean", "adam_eps": 1.5e-4,
-                              "adam_beta1": 0.9, "adam_beta2": 0.999},
-                    "replay": {"prioritized": False},
-                    "train": {"actors": 1}}
+# the DQN-family switches, by section; their defaults (the models') are the authors' DQN
+VARIANT_KNOBS = {"agent": ("double", "dueling", "n_step", "optimizer", "loss",
+                           "loss_reduction", "adam_eps", "adam_beta1", "adam_beta2"),
+                 "replay": ("prioritized",),
+                 "train": ("actors",)}
 
 
 def check_n_step(config) -> None:

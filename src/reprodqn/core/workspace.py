@@ -4,7 +4,7 @@ One owner for every path and record format that more than one stage uses: traini
 evaluation, the report, verify, tracking and the bundle all reach a run's files through
 here, so those stages depend on this layout, not on each other's source.
 
-  runs/<group>/<run>/         a training run (see train.py for what it holds)
+  runs/<group>/<run>/         a training run (training.loop says what it holds)
   evaluations/<group>/<run>/  eval.csv, eval.json (its own out: DVC forbids nesting)
   results/                    conditions.json, fingerprint.json, sbom.cdx.json
   reports/                    the report stage's output
@@ -32,6 +32,8 @@ RESULT_DIRS = (START_SEQUENCES, RESULTS, EVALUATIONS, REPORTS,
                RESUME_POINTS)  # what a bundle ships whole
 
 # record names: every module names these files through here, never by a literal
+CHECKPOINTS = "checkpoints"  # a run's folder of weight checkpoints
+RESUME = "resume"  # a run's folder of resume points
 HASHES = "hashes.jsonl"  # a run's hash chain, one line per checkpoint
 PROCESS = "process.jsonl"  # a run's process metrics, one line per log_every steps
 RUN_CONFIG = "config.json"  # a run's resolved config with its digest and fingerprint
@@ -79,8 +81,18 @@ def sbom_path(root: Path = Path(".")) -> Path:
     return Path(root) / RESULTS / SBOM
 
 
+def checkpoints_dir(run: Path) -> Path:
+    """A run's weight checkpoints, one safetensors file per checkpoint step."""
+    return Path(run) / CHECKPOINTS
+
+
+def resume_dir(run: Path) -> Path:
+    """A run's resume points: its whole state, the latest named by RESUME_INDEX."""
+    return Path(run) / RESUME
+
+
 def checkpoint_path(run: Path, step: int) -> Path:
-    return Path(run) / "checkpoints" / f"step-{step:09d}.safetensors"
+    return checkpoints_dir(run) / f"step-{step:09d}.safetensors"
 
 
 def read_hashes(run: Path) -> list[dict]:

@@ -221,10 +221,6 @@ class Evaluator:
         self._pool.shutdown(cancel_futures=True)
         self._lifeline.close()
 
-    def evaluate(self, path: Path, sha256: str,
-                 specs: Sequence[EpisodeSpec]) -> list[EpisodeResult]:
-        return next(self.evaluate_many([(path, sha256)], specs))
-
     def evaluate_many(self, checkpoints: Sequence[tuple[Path, str]],
                       specs: Sequence[EpisodeSpec]) -> Iterator[list[EpisodeResult]]:
         """Results per checkpoint, in the order given, as each becomes available."""

@@ -68,7 +68,7 @@ def train_until(config: RunConfig, scratch: Path, until: int, resume_dir: Path |
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     if resume_dir is not None:
-        shutil.copytree(resume_dir, scratch / "resume",
+        shutil.copytree(resume_dir, workspace.resume_dir(scratch),
                         ignore=shutil.ignore_patterns(SHIPPED_LOGS))
         for name in LOGS:  # process lines hold timings: the reference's differ in length
             if not (resume_dir / SHIPPED_LOGS / name).exists():
@@ -121,7 +121,7 @@ def make_resume_point(config: RunConfig, run_dir: Path, scratch: Path, out: Path
                          "not replicate the run, so its resume point would not be the run's")
     staging = out.with_name(f".{out.name}.partial")  # never a half-copied point in `out`
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(scratch / "resume", staging)
+    shutil.copytree(workspace.resume_dir(scratch), staging)
     (staging / SHIPPED_LOGS).mkdir()
     for name in LOGS:
         shutil.copyfile(scratch / name, staging / SHIPPED_LOGS / name)

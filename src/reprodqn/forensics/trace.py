@@ -196,11 +196,12 @@ def open_window(config, run_dir: Path, from_step: int, resume_dir: Path | None,
     from reprodqn.training.loop import make_run
 
     if resume_dir is None and from_step > 0:
-        resume_dir = Path(run_dir) / "resume"
+        resume_dir = workspace.resume_dir(run_dir)
         if workspace.latest_resume_step(resume_dir) != from_step:
             print(f"trace: no resume point at step {from_step} in {resume_dir}; retraining "
                   f"{config.group}/{config.run} to it here first", file=sys.stderr)
-            resume_dir = rerun.train_until(config, scratch / "to-window", from_step) / "resume"
+            resume_dir = workspace.resume_dir(
+                rerun.train_until(config, scratch / "to-window", from_step))
     run = make_run(config, scratch, device)
     if resume_dir is None:
         return run

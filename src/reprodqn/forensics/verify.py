@@ -9,7 +9,7 @@ from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
 from reprodqn.core.errors import InputError
 from reprodqn.report.analysis import divergence, isa_setting
-from reprodqn.report.writer import load_study
+from reprodqn.report.study_records import load_study
 
 
 def check_bundle(reference: Path) -> None:

@@ -70,7 +70,7 @@ def collect(root: Path, checkpoints: bool) -> list[Path]:
         files |= {(run_dir / name).relative_to(root) for name in workspace.RUN_RECORDS
                   if (run_dir / name).exists()}
         if checkpoints:
-            files |= {p.relative_to(root) for p in (run_dir / "checkpoints").glob("*")}
+            files |= {p.relative_to(root) for p in workspace.checkpoints_dir(run_dir).glob("*")}
     for name in ("ranker/ranker.json", "ranker/ranker.safetensors"):
         if (root / name).exists():
             files.add(Path(name))

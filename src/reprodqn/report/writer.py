@@ -1,5 +1,5 @@
-"""The report stage: a study's runs loaded from a workspace, and Table 1, the figures, the
-variance tests and the replicability verdict written to reports/ (markdown with its figures
+"""The report stage: Table 1, the figures, the variance tests and the replicability verdict
+of a study's runs (report.study_records reads them) written to reports/ (markdown with its figures
 inline, one self-contained HTML page, CSV, JSON)."""
 
 from __future__ import annotations
@@ -12,15 +12,13 @@ from pathlib import Path
 import numpy as np
 
 from reprodqn.config.study import GROUP_NAMES
-from reprodqn.core import workspace
-from reprodqn.core.atomic import read_json, write_json, write_text
+from reprodqn.core.atomic import write_json, write_text
 from reprodqn.evaluation import blindness
 from reprodqn.report import html
 from reprodqn.report.analysis import (
     ALPHA,
     METRICS,
     PAPER_TABLE1,
-    RunResult,
     device_statement,
     f_threshold,
     group_divergence,
@@ -29,29 +27,6 @@ from reprodqn.report.analysis import (
     verdict,
 )
 from reprodqn.report.figures import divergence_figure, figure1, probe_figure, start_state_figures
-
-
-def load_run(run_dir: Path, eval_dir: Path, group: str, run: int) -> RunResult:
-    result = RunResult(group, run, workspace.read_hashes(run_dir))
-    result.process = workspace.read_process(run_dir)
-    result.probe = blindness.read_probe(eval_dir)
-    result.scores = workspace.eval_scores(eval_dir)
-    result.steps = sorted(result.scores)
-    if (eval_dir / workspace.EVAL_JSON).exists():
-        result.start_states = read_json(eval_dir / workspace.EVAL_JSON, "evaluation record").get(
-            "start_states")
-    if (run_dir / workspace.CONDITIONS).exists():
-        result.conditions = read_json(run_dir / workspace.CONDITIONS, "run conditions")
-    return result
-
-
-def load_study(root: Path, study) -> dict[str, list[RunResult]]:
-    """Every run of a workspace (or an unpacked bundle): runs/ and evaluations/, for each
-    group the study trains (`study`: params.study)."""
-    root = Path(root)
-    return {g: [load_run(workspace.run_dir(root / workspace.RUNS, g, r),
-                         workspace.eval_dir(root / workspace.EVALUATIONS, g, r), g, r)
-                for r in range(study.runs(g))] for g in study.studied_groups()}
 
 
 def scale_note(params) -> str:

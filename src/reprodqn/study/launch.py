@@ -121,7 +121,7 @@ class LocalExecutor:
                     if self.log_dir is not None:
                         log = self.log_dir / (job.name.replace("/", "-") + ".log")
                         log.parent.mkdir(parents=True, exist_ok=True)
-                        stdout = open(log, "w")  # noqa: SIM115 -- closed when the job ends
+                        stdout = open(log, "w")  # closed when the job ends
                     env = self._slot_env(slot, job.env)
                     env[lifeline.FD_ENV] = str(line.reader.fileno())
                     process = subprocess.Popen(self._argv(slot, job), env=env,

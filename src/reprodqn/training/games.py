@@ -89,7 +89,7 @@ def _serve(conn, env_config, seeds, family, first, count) -> None:
             conn.send(("ok", getattr(games, command)(*args)))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         return  # the trainer is gone: so is this worker
-    except Exception as error:  # noqa: BLE001 -- reported to the trainer, which raises
+    except Exception as error:  # reported to the trainer, which raises
         conn.send(("error", f"{type(error).__name__}: {error}"))
 
 

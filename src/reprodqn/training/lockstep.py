@@ -31,7 +31,7 @@ from reprodqn.dqn.agent import make_agent
 from reprodqn.dqn.replay import ReplayMemory
 from reprodqn.training.atari import FrameHistory
 from reprodqn.training.games import open_games
-from reprodqn.training.run_state import Accumulators, RunState
+from reprodqn.training.run_state import RunState
 
 
 class LockstepRun(RunState):
@@ -82,42 +82,25 @@ class LockstepRun(RunState):
             if step.next_episode is None:
                 self.histories[k].push(step.frame)
                 continue
-            self.acc.episodes += 1
-            if step.game_over or step.truncated or cut:
-                self.acc.game_scores.append(self.game_scores[k])
-                self.game_scores[k] = 0
+            self.game_scores[k] = self.episode_ended(self.game_scores[k], step.game_over
+                                                     or step.truncated or cut)
             self.histories[k].reset(step.next_episode)
             self.episode_steps[k] = 0
         for t in range(first, first + self.actors):
-            loss = self.agent.learn(t, self.replay, self.streams["minibatch"])
-            if loss is not None:
-                self.pending_losses.append(loss)
-                self.updates += 1
+            self.learn(t)
         self.step += self.actors
 
-    # -- exact resume ------------------------------------------------------------------------
-    def get_state(self) -> dict:
-        self.flush_losses()
-        counters = {"step": self.step, "updates": self.updates, "loss_chain": self.loss_chain,
-                    "accumulators": self.acc.__dict__}
+    # -- exact resume: every actor's game, history, stream and counters ------------------------
+    def games_state(self) -> dict:
         actors = {}
         for k, game in enumerate(self.games.get_state()):
             actors[str(k)] = {"game": game, "exploration": self.exploration[k].get_state(),
                               "history": self.histories[k].get_state(),
                               "episode_step": self.episode_steps[k],
                               "game_score": self.game_scores[k]}
-        return {"config_digest": self.config.digest(),
-                "experiment_digest": self.config.experiment_digest(), "run": counters,
-                "streams": self.streams.get_state(), "actors": actors,
-                "replay": self.replay.get_state(), "agent": self.agent.get_state()}
+        return {"actors": actors}
 
-    def set_state(self, state: dict) -> None:
-        counters = state["run"]
-        self.step = int(counters["step"])
-        self.updates = int(counters["updates"])
-        self.loss_chain = counters["loss_chain"]
-        self.acc = Accumulators(**counters["accumulators"])
-        self.streams.set_state(state["streams"])
+    def set_games_state(self, state: dict) -> None:
         actors = [state["actors"][str(k)] for k in range(self.actors)]
         self.games.set_state([_plain(actor["game"]) for actor in actors])
         for k, actor in enumerate(actors):
@@ -125,8 +108,6 @@ class LockstepRun(RunState):
             self.histories[k].set_state(actor["history"])
             self.episode_steps[k] = int(actor["episode_step"])
             self.game_scores[k] = int(actor["game_score"])
-        self.replay.set_state(state["replay"])
-        self.agent.set_state(state["agent"])
 
     def close(self) -> None:
         self.games.close()

@@ -104,45 +104,28 @@ class Run(RunState):
         if terminal or truncated or cut:
             if cut:  # their evaluation ran here, then reset_game() (stored: not terminal)
                 self.env.end_game()
-            self.acc.episodes += 1
-            if game_over or truncated or cut:
-                self.acc.game_scores.append(self.game_score)
-                self.game_score = 0
+            self.game_score = self.episode_ended(self.game_score, game_over or truncated or cut)
             self.history.reset(self.env.begin_episode())
             self.episode_step = 0
         else:
             self.history.push(frame)
-        loss = self.agent.learn(self.step, self.replay, self.streams["minibatch"])
-        if loss is not None:
-            self.pending_losses.append(loss)
-            self.updates += 1
+        self.learn(self.step)
         self.step += 1
 
-    # -- exact resume: the parts' states, composed -------------------------------------------
-    def get_state(self) -> dict:
-        self.flush_losses()
-        counters = {"step": self.step, "updates": self.updates, "loss_chain": self.loss_chain,
-                    "episode_step": self.episode_step, "game_score": self.game_score,
-                    "accumulators": self.acc.__dict__}
-        return {"config_digest": self.config.digest(),
-                "experiment_digest": self.config.experiment_digest(), "run": counters,
-                "streams": self.streams.get_state(), "env": self.env.get_state(),
-                "history": self.history.get_state(), "replay": self.replay.get_state(),
-                "agent": self.agent.get_state()}
+    # -- exact resume: what one actor adds to RunState's ---------------------------------------
+    def own_counters(self) -> dict:
+        return {"episode_step": self.episode_step, "game_score": self.game_score}
 
-    def set_state(self, state: dict) -> None:
-        counters = state["run"]
-        self.step = int(counters["step"])
-        self.updates = int(counters["updates"])
-        self.loss_chain = counters["loss_chain"]
+    def set_own_counters(self, counters: dict) -> None:
         self.episode_step = int(counters["episode_step"])
         self.game_score = int(counters["game_score"])
-        self.acc = Accumulators(**counters["accumulators"])
-        self.streams.set_state(state["streams"])
+
+    def games_state(self) -> dict:
+        return {"env": self.env.get_state(), "history": self.history.get_state()}
+
+    def set_games_state(self, state: dict) -> None:
         self.env.set_state(state["env"])
         self.history.set_state(state["history"])
-        self.replay.set_state(state["replay"])
-        self.agent.set_state(state["agent"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,7 +163,7 @@ def train(config: RunConfig, run_dir: Path, restart: bool = False,
     run_dir = Path(run_dir)
     what = f"train {config.group}/{config.run}"
     with run_lock.hold(run_dir, what, run_lock.wait_from_env()), storage.failures(
-            what, run_dir, lambda: resume.kept_point(run_dir / "resume")):
+            what, run_dir, lambda: resume.kept_point(workspace.resume_dir(run_dir))):
         yield from _train(config, run_dir, restart, until)
 
 
@@ -219,7 +202,7 @@ def _steps(run: RunState, until: int | None) -> Iterator[object]:
     if offsets is None:  # a fresh start: drop anything a killed first attempt left behind
         for name in LOGS:
             (run_dir / name).unlink(missing_ok=True)
-        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+        shutil.rmtree(workspace.checkpoints_dir(run_dir), ignore_errors=True)
         offsets = {name: 0 for name in LOGS}
     for name in LOGS:
         truncate(run_dir / name, offsets[name])
@@ -262,7 +245,7 @@ def _steps(run: RunState, until: int | None) -> Iterator[object]:
         return
     write_json(run_dir / workspace.COMPLETE,
                {"step": run.step, "updates": run.updates, "loss_chain_sha256": run.loss_chain})
-    shutil.rmtree(run_dir / "resume", ignore_errors=True)
+    shutil.rmtree(workspace.resume_dir(run_dir), ignore_errors=True)
     yield Finished(step=run.step)
 
 
@@ -304,7 +287,7 @@ def _checkpoint(run: RunState) -> CheckpointWritten:
         "step": run.step, "network": run.config.agent.network,
         "n_actions": run.n_actions, "history_length": run.config.env.history_length,
         "screen_size": run.config.env.screen_size,
-        **({"dueling": True} if run.config.agent.dueling else {}),  # default: as before
+        **({"dueling": True} if run.config.agent.dueling else {}),  # absent: a plain Q head
     })
     line = {"step": run.step, "weights_sha256": digest, "loss_chain_sha256": run.loss_chain,
             "updates": run.updates}

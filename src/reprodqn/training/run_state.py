@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
 from reprodqn.training import resume
 
@@ -36,8 +37,8 @@ class Accumulators:
 
 
 class RunState:
-    """Subclasses set config, dir and agent, call start_counters(), and give
-    get_state/set_state of the whole run."""
+    """Subclasses set config, dir, streams, replay and agent, call start_counters(), and give
+    the state of their games (and any counters of their own) to get_state/set_state."""
 
     worker_pids: tuple[int, ...] = ()  # processes stepping the games besides this one
 
@@ -64,19 +65,63 @@ class RunState:
             self.acc.loss_sum += float(losses.astype(np.float64).sum())
             self.acc.loss_count += len(losses)
 
+    def learn(self, t: int) -> None:
+        """The authors' learning step after transition t: an update when it is due."""
+        loss = self.agent.learn(t, self.replay, self.streams["minibatch"])
+        if loss is not None:
+            self.pending_losses.append(loss)
+            self.updates += 1
+
+    def episode_ended(self, score: int, game_ended: bool) -> int:
+        """Count an ended training episode; a game that ended (not only a life) adds its
+        score to the process metrics. Returns the game's score to carry on with."""
+        self.acc.episodes += 1
+        if not game_ended:
+            return score
+        self.acc.game_scores.append(score)
+        return 0
+
+    # -- exact resume: the parts' states, composed -------------------------------------------
     def get_state(self) -> dict:
-        raise NotImplementedError
+        self.flush_losses()
+        counters = {"step": self.step, "updates": self.updates, "loss_chain": self.loss_chain,
+                    **self.own_counters(), "accumulators": self.acc.__dict__}
+        return {"config_digest": self.config.digest(),
+                "experiment_digest": self.config.experiment_digest(), "run": counters,
+                "streams": self.streams.get_state(), **self.games_state(),
+                "replay": self.replay.get_state(), "agent": self.agent.get_state()}
 
     def set_state(self, state: dict) -> None:
+        counters = state["run"]
+        self.step = int(counters["step"])
+        self.updates = int(counters["updates"])
+        self.loss_chain = counters["loss_chain"]
+        self.set_own_counters(counters)
+        self.acc = Accumulators(**counters["accumulators"])
+        self.streams.set_state(state["streams"])
+        self.set_games_state(state)
+        self.replay.set_state(state["replay"])
+        self.agent.set_state(state["agent"])
+
+    def own_counters(self) -> dict:
+        return {}
+
+    def set_own_counters(self, counters: dict) -> None:
+        pass
+
+    def games_state(self) -> dict:
+        raise NotImplementedError
+
+    def set_games_state(self, state: dict) -> None:
         raise NotImplementedError
 
     def save_resume_point(self, log_offsets: dict[str, int]) -> None:
-        resume.save(self.dir / "resume", self.step, {**self.get_state(),
-                                                     "log_offsets": log_offsets})
+        resume.save(workspace.resume_dir(self.dir), self.step,
+                    {**self.get_state(), "log_offsets": log_offsets})
 
     def load_resume_point(self) -> dict[str, int] | None:
         """Restore from the latest resume point; returns its log offsets, or None."""
-        point = resume.load(self.dir / "resume", self.agent.device)
+        point = resume.load(workspace.resume_dir(self.dir), self.agent.device)
         if point is None:
             return None
         if point.state["config_digest"] != self.config.digest():
