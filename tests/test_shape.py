@@ -33,7 +33,7 @@ def test_every_module_sits_in_a_subpackage_that_says_what_it_may_import():
     assert not [p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
     layers = declared_layers()
     assert set(layers) == {"core", "determinism", "config", "dqn", "training", "evaluation",
-                           "study", "report", "forensics", "cli"}
+                           "envs", "study", "report", "forensics", "cli"}
     assert layers["core"] == set() and all(set(a) <= set(layers) for a in layers.values())
 
 

@@ -102,53 +102,75 @@ class Emulators:
         return self._emulators[:n]
 
 
-def play(net: QNetwork, specs: Sequence[EpisodeSpec], protocol: Protocol,
-         sequences: Sequence[Sequence[int]] | None,
-         emulators: Emulators | None = None) -> list[EpisodeResult]:
-    """Play the episodes together in this process; one result per spec, in order."""
-    n = len(specs)
-    p = protocol
-    histories = np.zeros((n, p.history_length, p.screen_size, p.screen_size), np.uint8)
-    emulators = (emulators or Emulators(protocol)).take(n)
-    views = []
-    for k, spec in enumerate(specs):
-        emulator = emulators[k]
+class Episode:
+    """One episode under the protocol, an agent step at a time: its start state on a fresh
+    game (the start sequence replayed, or the reset screen with the episode's own sticky
+    stream), then greedy steps. A lost life relaunches the ball (each minimal action once,
+    uncounted); the episode ends at game over, and is cut at the frame cap. What `play`
+    runs for each episode of a batch, and what the Gymnasium environment's eval mode runs."""
+
+    def __init__(self, emulator: Emulator, history: FrameHistory, protocol: Protocol,
+                 spec: EpisodeSpec, sequences: Sequence[Sequence[int]] | None):
+        p = self.protocol = protocol
+        self.emulator, self.history, self.spec = emulator, history, spec
         if spec.sticky_seed is not None:  # this episode's own sticky stream
             emulator.sticky_p = p.sticky_p
             emulator.sticky_rng = rng.make_stream(p.generator, spec.sticky_seed)
         else:
             emulator.sticky_p, emulator.sticky_rng = 0.0, None
-        view = FrameHistory(p.history_length, p.screen_size, histories[k])
         if spec.start_sequence is not None:
-            replay_start_sequence(emulator, view, sequences[spec.start_sequence], p.frame_skip)
+            replay_start_sequence(emulator, history, sequences[spec.start_sequence],
+                                  p.frame_skip)
         else:
-            start_without_sequence(emulator, view)
-        views.append(view)
-    lives = [e.lives() for e in emulators]
-    scores, frames = [0] * n, [0] * n
+            start_without_sequence(emulator, history)
+        self.lives = emulator.lives()
+        self.score = self.frames = 0
+
+    def step(self, action_index: int) -> tuple[int, bool, bool]:
+        """One agent step: (raw reward, game over, frame cap reached)."""
+        emulator, p = self.emulator, self.protocol
+        reward = emulator.repeat(emulator.action_set[action_index], p.frame_skip)
+        self.score += reward
+        self.frames += p.frame_skip
+        self.history.push(emulator.observe())
+        if emulator.game_over():
+            return reward, True, False
+        if emulator.lives() < self.lives:
+            emulator.relaunch()
+            self.history.push(emulator.observe())
+            self.lives = emulator.lives()
+        return reward, False, self.frames >= p.max_frames
+
+    def result(self) -> EpisodeResult:
+        s = self.spec
+        return EpisodeResult(s.episode, s.start_sequence, s.sticky_seed, self.score,
+                             self.frames)
+
+
+def play(net: QNetwork, specs: Sequence[EpisodeSpec], protocol: Protocol,
+         sequences: Sequence[Sequence[int]] | None,
+         emulators: Emulators | None = None) -> list[EpisodeResult]:
+    """Play the episodes together in this process; one result per spec, in order."""
+    p = protocol
+    histories = np.zeros((len(specs), p.history_length, p.screen_size, p.screen_size),
+                         np.uint8)
+    episodes = [Episode(emulator, FrameHistory(p.history_length, p.screen_size, histories[k]),
+                        p, spec, sequences)
+                for k, (emulator, spec) in enumerate(zip(
+                    (emulators or Emulators(protocol)).take(len(specs)), specs, strict=True))]
     # Round robin over live episodes, a whole number of chunks per round (the rest wait for
     # the next one): no chunk is padded until fewer than one chunk's worth are left. The
     # order cannot change results: episodes are independent and every chunk the same size.
-    live = deque(range(n))
+    live = deque(range(len(specs)))
     while live:
         due = len(live) if len(live) < p.chunk else len(live) - len(live) % p.chunk
         batch = [live.popleft() for _ in range(due)]
         actions = q_values(net, histories[batch], p.chunk).argmax(axis=1)
         for k, action in zip(batch, actions, strict=True):
-            emulator = emulators[k]
-            scores[k] += emulator.repeat(emulator.action_set[action], p.frame_skip)
-            frames[k] += p.frame_skip
-            views[k].push(emulator.observe())
-            if emulator.game_over():
-                continue
-            if emulator.lives() < lives[k]:
-                emulator.relaunch()
-                views[k].push(emulator.observe())
-                lives[k] = emulator.lives()
-            if frames[k] < p.max_frames:
+            _, over, capped = episodes[k].step(int(action))
+            if not (over or capped):
                 live.append(k)
-    return [EpisodeResult(s.episode, s.start_sequence, s.sticky_seed, scores[k], frames[k])
-            for k, s in enumerate(specs)]
+    return [episode.result() for episode in episodes]
 
 
 def load_network(path: Path, expected_sha256: str | None, device: torch.device) -> QNetwork:

@@ -1,0 +1,190 @@
+"""The Gymnasium environment: both libraries' env checkers pass without warnings, eval mode
+plays the evaluator's episodes and train mode the trainer's game, and every episode's
+result, keyed by its index, is the same however many vector environments play it, in
+Gymnasium's and Stable-Baselines3's vector envs alike."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+from reprodqn.config.params import EnvConfig
+from reprodqn.core.errors import InputError
+from reprodqn.determinism.rng import GAME_STREAMS, Streams
+from reprodqn.dqn.network import build_q_network, q_values
+from reprodqn.envs import breakout
+from reprodqn.evaluation import start_states
+from reprodqn.evaluation.protocol import EpisodeSpec, Protocol, play
+from reprodqn.training.atari import TrainingEnv
+
+CAP = 400  # frames per eval episode here: long enough for lives lost and relaunches
+EPISODES = 10
+
+
+def policy(observation: np.ndarray) -> int:
+    """An action that depends on the screen, so a wrong frame changes what follows."""
+    return int(observation[-1].sum()) % 4
+
+
+@pytest.mark.parametrize("mode", breakout.MODES)
+def test_both_libraries_env_checkers_pass_without_warnings(mode):
+    env = gym.make(breakout.ENV_ID, mode=mode, max_frames=CAP).unwrapped
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails
+        check_env(env)
+        sb3_check_env(env, warn=True)
+    made = gym.make(breakout.ENV_ID, mode=mode)
+    assert made.unwrapped.get_action_meanings() == ["NOOP", "FIRE", "RIGHT", "LEFT"]
+    assert gym.make(f"reprodqn.envs.breakout:{breakout.ENV_ID}").spec.id == breakout.ENV_ID
+
+
+@pytest.mark.parametrize("sticky_p", [0.0, 0.25], ids=["start-states", "sticky"])
+def test_eval_mode_plays_the_evaluators_episodes(sticky_p):
+    net = build_q_network("nips", 4, 4, 84, torch.Generator().manual_seed(5))
+    env = breakout.BreakoutEnv(mode="eval", max_frames=1200, sticky_p=sticky_p)
+    protocol = Protocol("breakout", 4, 4, 84, 1200, sticky_p, 16, "linear", "authors")
+    specs = [EpisodeSpec(k, sticky_seed=k) if sticky_p else EpisodeSpec(k, start_sequence=k)
+             for k in range(4)]
+    expected = play(net, specs, protocol, env.sequences)
+    for result in expected:
+        observation, info = env.reset(options={"episode": result.episode})
+        assert info["episode_index"] == result.episode
+        score, done = 0.0, False
+        while not done:
+            action = int(q_values(net, observation[None], protocol.chunk).argmax())
+            observation, reward, terminated, truncated, info = env.step(action)
+            score += reward
+            done = terminated or truncated
+        assert (score, info["frames"]) == (result.score, result.frames)
+    if not sticky_p:  # from the reset screen an untrained net never scores: no variety there
+        assert len({r.score for r in expected} | {r.frames for r in expected}) > 2
+
+
+def test_train_mode_is_the_trainers_game_from_its_seed():
+    env = breakout.BreakoutEnv(mode="train", reward_clip=1.0)
+    streams = Streams(dict.fromkeys(GAME_STREAMS, 7), "authors")
+    game = TrainingEnv(EnvConfig(), None, streams["noop"])
+    observation, _ = env.reset(seed=7)
+    assert np.array_equal(observation[-1], game.begin_episode())
+    rewards = life_losses = 0
+    actions = np.random.default_rng(1).integers(0, 4, 3000)  # a random policy scores
+    for t, action in enumerate(actions.tolist()):
+        observation, reward, terminated, truncated, info = env.step(action)
+        frame, raw, terminal, cut, game_over = game.step(action)
+        assert np.array_equal(observation[-1], frame) and terminated == terminal, t
+        assert reward == float(np.clip(raw, -1, 1)) and info["raw_reward"] == raw
+        rewards += raw > 0
+        life_losses += info["life_lost"]
+        if terminal or cut:
+            observation, _ = env.reset()
+            assert np.array_equal(observation[-1], game.begin_episode())
+    assert rewards and life_losses  # points scored and lives lost on the way
+    again = breakout.BreakoutEnv(mode="train")
+    assert np.array_equal(again.reset(seed=7)[0], env.reset(seed=7)[0])
+
+
+def play_vector(step, reset, n: int, same_step: bool = False) -> dict[int, tuple]:
+    """Play until episodes 0..EPISODES-1 are done; (score, frames) per episode index."""
+    found: dict[int, tuple] = {}
+    observations = reset()
+    for _ in range(10_000):
+        observations, ended = step([policy(o) for o in observations])
+        for index, score, frames in ended:
+            found.setdefault(index, (score, frames))
+        if all(k in found for k in range(EPISODES)):
+            return {k: found[k] for k in range(EPISODES)}
+    raise AssertionError(f"{n} envs never finished episodes 0..{EPISODES - 1}: {found}")
+
+
+def gymnasium_vector(n: int, mode: str, autoreset) -> dict[int, tuple]:
+    envs = gym.make_vec(breakout.ENV_ID, num_envs=n, vectorization_mode=mode,
+                        vector_kwargs={"autoreset_mode": autoreset}, mode="eval",
+                        max_frames=CAP, episode_stride=n)
+    same_step = autoreset == gym.vector.AutoresetMode.SAME_STEP
+
+    def step(actions):
+        observations, _, terminated, truncated, infos = envs.step(np.array(actions))
+        done = terminated | truncated
+        source = infos["final_info"] if same_step and "final_info" in infos else infos
+        ended = [(int(source["episode_index"][i]), float(source["score"][i]),
+                  int(source["frames"][i])) for i in np.flatnonzero(done)]
+        return observations, ended
+
+    try:
+        return play_vector(step, lambda: envs.reset(seed=0)[0], n)
+    finally:
+        envs.close()
+
+
+def sb3_vector(n: int, cls) -> dict[int, tuple]:
+    def make():
+        return breakout.BreakoutEnv(mode="eval", max_frames=CAP, episode_stride=n)
+
+    envs = cls([make] * n)
+    envs.seed(0)
+
+    def step(actions):
+        observations, _, dones, infos = envs.step(np.array(actions))
+        ended = [(infos[i]["episode_index"], float(infos[i]["score"]), infos[i]["frames"])
+                 for i in np.flatnonzero(dones)]
+        return observations, ended
+
+    try:
+        return play_vector(step, envs.reset, n)
+    finally:
+        envs.close()
+
+
+@pytest.fixture(scope="module")
+def alone() -> dict[int, tuple]:
+    """Each episode played by one environment of its own."""
+    env = breakout.BreakoutEnv(mode="eval", max_frames=CAP)
+    results = {}
+    for k in range(EPISODES):
+        observation, _ = env.reset(options={"episode": k})
+        done = False
+        while not done:
+            observation, _, terminated, truncated, info = env.step(policy(observation))
+            done = terminated or truncated
+        results[k] = (float(info["score"]), info["frames"])
+    return results
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 5])
+@pytest.mark.parametrize("autoreset", ["NEXT_STEP", "SAME_STEP"])
+def test_gymnasium_sync_vector_env_plays_each_episode_as_alone(alone, n, autoreset):
+    assert gymnasium_vector(n, "sync", gym.vector.AutoresetMode[autoreset]) == alone
+
+
+@pytest.mark.parametrize("autoreset", ["NEXT_STEP", "SAME_STEP"])
+def test_gymnasium_async_vector_env_plays_each_episode_as_alone(alone, autoreset):
+    assert gymnasium_vector(2, "async", gym.vector.AutoresetMode[autoreset]) == alone
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 5])
+def test_sb3_dummy_vec_env_plays_each_episode_as_alone(alone, n):
+    assert sb3_vector(n, DummyVecEnv) == alone
+
+
+def test_sb3_subproc_vec_env_plays_each_episode_as_alone(alone):
+    assert sb3_vector(2, SubprocVecEnv) == alone
+
+
+def test_bad_input_is_one_line(tmp_path):
+    with pytest.raises(InputError, match="mode 'play': expected one of train, eval"):
+        breakout.BreakoutEnv(mode="play")
+    env = breakout.BreakoutEnv(mode="eval")
+    with pytest.raises(InputError, match=r"episode 100: expected 0 to 99 \(the 100 start"):
+        env.reset(options={"episode": 100})
+    with pytest.raises(InputError, match="missing.json"):
+        breakout.BreakoutEnv(mode="eval", start_sequences=tmp_path / "missing.json")
+    with pytest.raises(InputError, match="env_config: sticky_p"):
+        breakout.BreakoutEnv(env_config={"sticky_p": 2})
+    assert start_states.load(breakout.AUTHORS_STATES)["count"] == 100
