@@ -49,7 +49,8 @@ def test_both_libraries_env_checkers_pass_without_warnings(mode):
 def test_eval_mode_plays_the_evaluators_episodes(sticky_p):
     net = build_q_network("nips", 4, 4, 84, torch.Generator().manual_seed(5))
     env = breakout.BreakoutEnv(mode="eval", max_frames=1200, sticky_p=sticky_p)
-    protocol = Protocol("breakout", 4, 4, 84, 1200, sticky_p, 16, "linear", "authors")
+    # chunks of 1: the env steps one episode at a time; play() then batches nothing either
+    protocol = Protocol("breakout", 4, 4, 84, 1200, sticky_p, 1, "linear", "authors")
     specs = [EpisodeSpec(k, sticky_seed=k) if sticky_p else EpisodeSpec(k, start_sequence=k)
              for k in range(4)]
     expected = play(net, specs, protocol, env.sequences)

@@ -136,6 +136,15 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_evaluate_policy(args) -> int:
+    from reprodqn.core.workers import default_workers
+    from reprodqn.evaluation.foreign import evaluate_policy_file
+
+    evaluate_policy_file(_load(args), args.policy, args.out_dir, args.start_sequences,
+                         args.workers or default_workers(threads=1))
+    return 0
+
+
 def cmd_conditions(args) -> int:
     from reprodqn.determinism import provenance
 
@@ -238,6 +247,15 @@ def _add_pipeline_stages(sub) -> None:
     p = _stage(sub, "evaluate", "evaluate every checkpoint of runs/GROUP/RUN", cmd_evaluate)
     _run_arguments(p, "evaluation")
     p.add_argument("--evaluations-dir", type=Path, default=workspace.EVALUATIONS)
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes (default: $REPRODQN_WORKERS or one per core)")
+    p.add_argument("--start-sequences", type=Path, default=None,
+                   help="default: evaluation.start_sequences in params")
+    p = _stage(sub, "evaluate-policy", "evaluate a policy trained elsewhere (a Stable-"
+               "Baselines3 DQN .zip) under the paper's protocol", cmd_evaluate_policy)
+    p.add_argument("policy", type=Path, help="the policy file")
+    p.add_argument("--out-dir", type=Path, required=True,
+                   help="where eval.csv and eval.json go (and the policy as a checkpoint)")
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: $REPRODQN_WORKERS or one per core)")
     p.add_argument("--start-sequences", type=Path, default=None,

@@ -1,0 +1,105 @@
+"""Policies trained elsewhere, evaluated under the paper's protocol (`reprodqn
+evaluate-policy`): a Stable-Baselines3 DQN `.zip` with `CnnPolicy`, whose Q-network is the
+Nature network (NatureCNN: the same convolutions, /255 scaling and 512-unit layer), read
+as data into reprodqn's own Q-network and evaluated by the evaluator itself (its chunks,
+its worker processes, its eval.csv).
+
+Only the zip's `policy.pth` is read, with torch.load(weights_only=True): SB3's other
+members are cloudpickle, which would run code from the file.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import zipfile
+from pathlib import Path
+
+import torch
+
+from reprodqn.core import workspace
+from reprodqn.core.digests import sha256_file
+from reprodqn.core.errors import InputError
+from reprodqn.dqn.network import QNetwork
+from reprodqn.evaluation.protocol import Evaluator, Protocol, episode_specs
+from reprodqn.evaluation.stage import evaluate_run, evaluation_digest
+from reprodqn.training.checkpoints import save_weights
+
+SB3_MEMBER = "policy.pth"
+# SB3 DQN CnnPolicy's online network -> reprodqn's Nature network (layers: conv, relu, conv,
+# relu, conv, relu, flatten, linear, relu, linear)
+SB3_LAYERS = {"q_net.features_extractor.cnn.0": "layers.0",
+              "q_net.features_extractor.cnn.2": "layers.2",
+              "q_net.features_extractor.cnn.4": "layers.4",
+              "q_net.features_extractor.linear.0": "layers.7",
+              "q_net.q_net.0": "layers.9"}
+
+
+def sb3_network(path: Path, n_actions: int, history_length: int,
+                screen_size: int) -> QNetwork:
+    """The online Q-network of an SB3 DQN zip, in reprodqn's Nature network; one line for a
+    file that is not one, or whose network does not fit these observations and actions."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            data = archive.read(SB3_MEMBER)
+    except (OSError, zipfile.BadZipFile, KeyError) as error:
+        reason = "not found" if isinstance(error, FileNotFoundError) else (
+            f"no {SB3_MEMBER} in it" if isinstance(error, KeyError) else "not a zip file")
+        raise InputError(f"{path}: {reason}; expected a Stable-Baselines3 DQN model "
+                         "saved with model.save()") from None
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as error:  # any unreadable payload is bad input, named in one line
+        raise InputError(f"{path}: {SB3_MEMBER} is not a weights file ({error})"
+                         .splitlines()[0]) from None
+    net = QNetwork("nature", n_actions, history_length, screen_size)
+    expected = net.state_dict()
+    mapped = {}
+    for theirs, ours in SB3_LAYERS.items():
+        for kind in ("weight", "bias"):
+            name, target = f"{theirs}.{kind}", f"{ours}.{kind}"
+            tensor = state.get(name) if isinstance(state, dict) else None
+            if tensor is None:
+                raise InputError(f"{path}: no {name}; expected a DQN with CnnPolicy "
+                                 "(NatureCNN), the Nature network")
+            if tensor.shape != expected[target].shape:
+                raise InputError(
+                    f"{path}: {name} has shape {tuple(tensor.shape)}, expected "
+                    f"{tuple(expected[target].shape)} (observations uint8 "
+                    f"({history_length}, {screen_size}, {screen_size}), {n_actions} actions)")
+            mapped[target] = tensor.to(torch.float32)
+    net.load_state_dict(mapped)
+    return net.eval()
+
+
+def evaluate_policy_file(params, policy: Path, out_dir: Path, start_sequences: Path | None,
+                         workers: int) -> dict:
+    """Evaluate a policy file on the protocol's episodes into out_dir (eval.csv, eval.json,
+    and the policy as a reprodqn checkpoint, step 0); returns its hash and mean score."""
+    from reprodqn.evaluation import start_states
+
+    env = params.env
+    net = sb3_network(Path(policy), 4, env.history_length, env.screen_size)
+    protocol = Protocol.for_run(params, params.evaluation)
+    specs = episode_specs(protocol, params.evaluation.episodes,
+                          params.evaluation.sticky_seed_start)
+    sequences, sequences_sha, used = None, None, None
+    if protocol.sticky_p == 0:
+        path = Path(start_sequences or params.evaluation.start_sequences)
+        doc = start_states.load(path, at_least=params.evaluation.episodes)
+        sequences, sequences_sha = doc["sequences"], doc["sequences_sha256"]
+        used = start_states.summary(doc, path)
+    policy_sha256 = sha256_file(Path(policy))
+    digest = save_weights(workspace.checkpoint_path(out_dir, 0), net.state_dict(), {
+        "step": 0, "network": "nature", "n_actions": 4,
+        "history_length": env.history_length, "screen_size": env.screen_size,
+        "source": f"{Path(policy).name} (sha256 {policy_sha256})"})
+    hashes = [{"step": 0, "weights_sha256": digest}]
+    with Evaluator(protocol, sequences, workers) as evaluator:
+        (done,) = evaluate_run(out_dir, out_dir, hashes, evaluator, specs,
+                               evaluation_digest(protocol, specs, sequences_sha, hashes),
+                               used)
+    print(f"evaluate-policy: {policy} (sha256 {policy_sha256}) on {len(specs)} episodes: "
+          f"mean score {done.mean_score:.2f} -> {out_dir / workspace.EVAL_CSV}",
+          file=sys.stderr)
+    return {"policy_sha256": policy_sha256, "mean_score": done.mean_score}
