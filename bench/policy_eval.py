@@ -30,7 +30,7 @@ def ours(model: Path, out: Path, args) -> float:
                     "--out-dir", str(out), "--workers", str(args.workers), "--params",
                     str(common.PARAMS), "--set", f"evaluation.episodes={args.episodes}",
                     "--set", f"evaluation.max_frames={args.max_frames}"],
-                   check=True, capture_output=True)
+                   check=True, capture_output=True, cwd=common.ROOT)
     return time.perf_counter() - start
 
 

@@ -96,3 +96,32 @@ def test_a_file_that_is_no_sb3_cnn_dqn_is_one_line_and_writes_nothing(model, tmp
                                 text=True, env=cli_env())
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert message in result.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("sticky_p", [0.0, 0.25], ids=["start-states", "sticky"])
+def test_a_reprodqn_network_in_sb3_scores_the_evaluators_episodes(model, sticky_p):
+    """A reprodqn Nature network mapped into SB3's DQN and played by SB3's evaluate_policy
+    (batch-1 forwards) against the evaluator's results (chunks of 16), episode by episode."""
+    from reprodqn.dqn.network import build_q_network
+    from reprodqn.evaluation.foreign import SB3_LAYERS
+    from reprodqn.evaluation.protocol import EpisodeSpec, Protocol, play
+
+    trained, _ = model
+    net = build_q_network("nature", 4, 4, 84, torch.Generator().manual_seed(11))
+    ours = net.state_dict()
+    sb3 = DQN("CnnPolicy", breakout.BreakoutEnv(mode="eval", max_frames=CAP,
+                                                sticky_p=sticky_p), buffer_size=1_000, device="cpu")
+    state = sb3.policy.state_dict()
+    for theirs, name in SB3_LAYERS.items():
+        for kind in ("weight", "bias"):
+            state[f"{theirs}.{kind}"] = ours[f"{name}.{kind}"]
+    sb3.policy.load_state_dict(state)
+    env = gym.make(breakout.ENV_ID, mode="eval", max_frames=CAP, sticky_p=sticky_p)
+    scores, lengths = evaluate_policy(sb3, env, n_eval_episodes=EPISODES, deterministic=True,
+                                      return_episode_rewards=True, warn=False)
+    protocol = Protocol("breakout", 4, 4, 84, CAP, sticky_p, 16, "linear", "authors")
+    specs = [EpisodeSpec(k, sticky_seed=k) if sticky_p else EpisodeSpec(k, start_sequence=k)
+             for k in range(EPISODES)]
+    expected = play(net, specs, protocol, env.unwrapped.sequences)
+    assert [(float(s), int(n) * 4) for s, n in zip(scores, lengths, strict=True)] == \
+        [(float(r.score), r.frames) for r in expected]
