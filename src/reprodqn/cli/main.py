@@ -251,9 +251,11 @@ def _add_pipeline_stages(sub) -> None:
                    help="worker processes (default: $REPRODQN_WORKERS or one per core)")
     p.add_argument("--start-sequences", type=Path, default=None,
                    help="default: evaluation.start_sequences in params")
-    p = _stage(sub, "evaluate-policy", "evaluate a policy trained elsewhere (a Stable-"
-               "Baselines3 DQN .zip) under the paper's protocol", cmd_evaluate_policy)
-    p.add_argument("policy", type=Path, help="the policy file")
+    p = _stage(sub, "evaluate-policy", "evaluate a policy trained elsewhere under the "
+               "paper's protocol", cmd_evaluate_policy)
+    p.add_argument("policy", type=Path, help="a Stable-Baselines3 DQN .zip (CnnPolicy), or a "
+                   "TorchScript .pt/.ts: uint8 (N, 4, 84, 84) -> (N, 4) Q-values or (N,) "
+                   "actions")
     p.add_argument("--out-dir", type=Path, required=True,
                    help="where eval.csv and eval.json go (and the policy as a checkpoint)")
     p.add_argument("--workers", type=int, default=None,

@@ -1,8 +1,9 @@
 """Policies trained elsewhere, evaluated under the paper's protocol (`reprodqn
-evaluate-policy`): a Stable-Baselines3 DQN `.zip` with `CnnPolicy`, whose Q-network is the
-Nature network (NatureCNN: the same convolutions, /255 scaling and 512-unit layer), read
-as data into reprodqn's own Q-network and evaluated by the evaluator itself (its chunks,
-its worker processes, its eval.csv).
+evaluate-policy`) by the evaluator itself (its chunks, its worker processes, its eval.csv):
+a Stable-Baselines3 DQN `.zip` with `CnnPolicy`, whose Q-network is the Nature network
+(NatureCNN: the same convolutions, /255 scaling and 512-unit layer), read as data into
+reprodqn's own Q-network; or a TorchScript module (`.pt`, `.ts`) mapping uint8
+(N, 4, 84, 84) observations to (N, 4) Q-values or (N,) actions.
 
 Only the zip's `policy.pth` is read, with torch.load(weights_only=True): SB3's other
 members are cloudpickle, which would run code from the file.
@@ -21,7 +22,12 @@ from reprodqn.core import workspace
 from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.dqn.network import QNetwork
-from reprodqn.evaluation.protocol import Evaluator, Protocol, episode_specs
+from reprodqn.evaluation.protocol import (
+    TORCHSCRIPT_SUFFIXES,
+    Evaluator,
+    Protocol,
+    episode_specs,
+)
 from reprodqn.evaluation.stage import evaluate_run, evaluation_digest
 from reprodqn.training.checkpoints import save_weights
 
@@ -72,14 +78,43 @@ def sb3_network(path: Path, n_actions: int, history_length: int,
     return net.eval()
 
 
+def check_scripted(path: Path, n_actions: int, history_length: int, screen_size: int) -> None:
+    """A TorchScript policy that loads and answers a batch of observations with Q-values or
+    actions; one line otherwise."""
+    if not path.exists():
+        raise InputError(f"{path}: not found")
+    try:
+        module = torch.jit.load(str(path), map_location="cpu").eval()
+    except Exception as error:  # torch's many load errors: each is bad input, in one line
+        raise InputError(f"{path}: not a TorchScript module ({error})".splitlines()[0]) \
+            from None
+    shape = (2, history_length, screen_size, screen_size)
+    try:
+        with torch.inference_mode():
+            out = module(torch.zeros(shape, dtype=torch.uint8))
+    except Exception as error:  # its own code failed on our observations
+        raise InputError(f"{path}: fails on uint8 {shape} observations ({error})"
+                         .splitlines()[0]) from None
+    actions = out.dim() == 1 and not out.is_floating_point()
+    if not (actions or tuple(out.shape) == (2, n_actions)):
+        raise InputError(f"{path}: returns shape {tuple(out.shape)} for uint8 {shape} "
+                         f"observations; expected (2, {n_actions}) Q-values or (2,) integer "
+                         "actions")
+
+
 def evaluate_policy_file(params, policy: Path, out_dir: Path, start_sequences: Path | None,
                          workers: int) -> dict:
     """Evaluate a policy file on the protocol's episodes into out_dir (eval.csv, eval.json,
-    and the policy as a reprodqn checkpoint, step 0); returns its hash and mean score."""
+    and an SB3 model's network as a reprodqn checkpoint, step 0); returns its hash and mean
+    score."""
     from reprodqn.evaluation import start_states
 
-    env = params.env
-    net = sb3_network(Path(policy), 4, env.history_length, env.screen_size)
+    env, policy = params.env, Path(policy)
+    scripted = policy.suffix in TORCHSCRIPT_SUFFIXES
+    if scripted:
+        check_scripted(policy, 4, env.history_length, env.screen_size)
+    else:
+        net = sb3_network(policy, 4, env.history_length, env.screen_size)
     protocol = Protocol.for_run(params, params.evaluation)
     specs = episode_specs(protocol, params.evaluation.episodes,
                           params.evaluation.sticky_seed_start)
@@ -89,16 +124,19 @@ def evaluate_policy_file(params, policy: Path, out_dir: Path, start_sequences: P
         doc = start_states.load(path, at_least=params.evaluation.episodes)
         sequences, sequences_sha = doc["sequences"], doc["sequences_sha256"]
         used = start_states.summary(doc, path)
-    policy_sha256 = sha256_file(Path(policy))
-    digest = save_weights(workspace.checkpoint_path(out_dir, 0), net.state_dict(), {
-        "step": 0, "network": "nature", "n_actions": 4,
-        "history_length": env.history_length, "screen_size": env.screen_size,
-        "source": f"{Path(policy).name} (sha256 {policy_sha256})"})
+    policy_sha256 = sha256_file(policy)
+    if scripted:  # evaluated from its own file, checked against this hash in every worker
+        digest, policies = policy_sha256, {0: policy.resolve()}
+    else:
+        digest, policies = save_weights(workspace.checkpoint_path(out_dir, 0), net.state_dict(), {
+            "step": 0, "network": "nature", "n_actions": 4,
+            "history_length": env.history_length, "screen_size": env.screen_size,
+            "source": f"{policy.name} (sha256 {policy_sha256})"}), None
     hashes = [{"step": 0, "weights_sha256": digest}]
     with Evaluator(protocol, sequences, workers) as evaluator:
         (done,) = evaluate_run(out_dir, out_dir, hashes, evaluator, specs,
                                evaluation_digest(protocol, specs, sequences_sha, hashes),
-                               used)
+                               used, policies)
     print(f"evaluate-policy: {policy} (sha256 {policy_sha256}) on {len(specs)} episodes: "
           f"mean score {done.mean_score:.2f} -> {out_dir / workspace.EVAL_CSV}",
           file=sys.stderr)

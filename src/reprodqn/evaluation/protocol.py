@@ -26,6 +26,8 @@ import numpy as np
 import torch
 
 from reprodqn.core import lifeline
+from reprodqn.core.digests import sha256_file
+from reprodqn.core.errors import InputError
 from reprodqn.determinism import numerics, rng
 from reprodqn.dqn.network import QNetwork, q_values
 from reprodqn.training.atari import (
@@ -173,8 +175,34 @@ def play(net: QNetwork, specs: Sequence[EpisodeSpec], protocol: Protocol,
     return [episode.result() for episode in episodes]
 
 
-def load_network(path: Path, expected_sha256: str | None, device: torch.device) -> QNetwork:
-    """A Q-network from a checkpoint, after checking its hash."""
+TORCHSCRIPT_SUFFIXES = (".pt", ".ts")  # a policy saved with torch.jit.save, not a checkpoint
+
+
+class ScriptedPolicy(torch.nn.Module):
+    """A TorchScript policy (uint8 (N, 4, 84, 84) -> (N, A) Q-values, or (N,) actions as
+    one-hot Q-values) where the protocol expects a Q-network."""
+
+    def __init__(self, module, n_actions: int):
+        super().__init__()
+        self.module, self.n_actions = module, n_actions
+        self.device_marker = torch.nn.Parameter(torch.zeros(0), requires_grad=False)
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        out = self.module(frames)
+        if out.dim() == 1:
+            return torch.nn.functional.one_hot(out.long(), self.n_actions).to(torch.float32)
+        return out.to(torch.float32)
+
+
+def load_network(path: Path, expected_sha256: str | None,
+                 device: torch.device) -> QNetwork | ScriptedPolicy:
+    """A Q-network from a checkpoint (or a TorchScript policy), after checking its hash."""
+    if Path(path).suffix in TORCHSCRIPT_SUFFIXES:
+        if expected_sha256 is not None and sha256_file(path) != expected_sha256:
+            raise InputError(f"{path}: file hash does not match the expected "
+                             f"{expected_sha256[:12]}")
+        module = torch.jit.load(str(path), map_location=device)
+        return ScriptedPolicy(module.eval(), 4).to(device).eval()
     tensors, meta = load_weights(path, expected_sha256)
     net = QNetwork(meta["network"], int(meta["n_actions"]), int(meta["history_length"]),
                    int(meta["screen_size"]), dueling=meta.get("dueling") == "True")

@@ -49,10 +49,11 @@ def evaluation_digest(protocol: Protocol, specs, sequences_sha256: str | None,
 
 
 def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Evaluator, specs,
-                 digest: str, start_states: dict | None = None) -> Iterator[CheckpointEvaluated]:
-    """Evaluate every checkpoint of `run_dir` into `out_dir`/eval.csv (a directory of its
-    own: DVC lets no stage write inside another's outputs); progress survives interruption
-    per checkpoint."""
+                 digest: str, start_states: dict | None = None,
+                 policies: dict[int, Path] | None = None) -> Iterator[CheckpointEvaluated]:
+    """Evaluate every checkpoint of `run_dir` (or the policy file `policies` names for a
+    step) into `out_dir`/eval.csv (a directory of its own: DVC lets no stage write inside
+    another's outputs); progress survives interruption per checkpoint."""
     from reprodqn.core.atomic import append_line, write_json, write_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -70,8 +71,9 @@ def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Ev
             json.dumps({"digest": digest, "step": s, "results": r}) + "\n"
             for s, r in done.items()))
 
-    todo = [(workspace.checkpoint_path(run_dir, h["step"]), h["weights_sha256"]) for h in hashes
-            if h["step"] not in done]
+    policies = policies or {}
+    todo = [(policies.get(h["step"]) or workspace.checkpoint_path(run_dir, h["step"]),
+             h["weights_sha256"]) for h in hashes if h["step"] not in done]
     fresh = evaluator.evaluate_many(todo, specs)
     rows = []
     for index, line in enumerate(hashes):

@@ -1,0 +1,80 @@
+"""`reprodqn evaluate-policy` on TorchScript policies: Q-values or actions, each scored by
+the evaluator exactly as the same network's own checkpoint is; a file that is not such a
+policy is one line and writes nothing."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from reprodqn.core import workspace
+from reprodqn.dqn.network import build_q_network
+from reprodqn.evaluation import start_states
+from reprodqn.evaluation.protocol import EpisodeSpec, Protocol, play
+from tests.helpers import PARAMS, ROOT, cli_env
+
+EPISODES, CAP = 4, 800
+
+
+class Greedy(torch.nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, frames):
+        return self.net(frames).argmax(dim=1)
+
+
+class ThreeActions(torch.nn.Module):
+    def forward(self, frames):
+        return frames.float().flatten(1)[:, :3]
+
+
+def command(policy, out) -> list[str]:
+    return [sys.executable, "-m", "reprodqn.cli", "evaluate-policy", str(policy), "--out-dir",
+            str(out), "--params", str(PARAMS), "--set", f"evaluation.episodes={EPISODES}",
+            "--set", f"evaluation.max_frames={CAP}", "--workers", "2", "--start-sequences",
+            str(ROOT / "start_sequences" / "authors.json")]
+
+
+@pytest.fixture(scope="module")
+def net():
+    return build_q_network("nature", 4, 4, 84, torch.Generator().manual_seed(11)).eval()
+
+
+@pytest.mark.parametrize("output", ["q-values", "actions"])
+def test_a_torchscript_policy_is_scored_as_its_network(net, tmp_path, output):
+    example = torch.zeros(16, 4, 84, 84, dtype=torch.uint8)
+    module = net if output == "q-values" else Greedy(net)
+    torch.jit.save(torch.jit.trace(module, example), tmp_path / "policy.pt")
+    result = subprocess.run(command(tmp_path / "policy.pt", tmp_path / "out"),
+                            capture_output=True, text=True, env=cli_env())
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "out" / workspace.EVAL_CSV) as handle:
+        ours = [(int(r["score"]), int(r["frames"])) for r in csv.DictReader(handle)]
+    sequences = start_states.load(ROOT / "start_sequences" / "authors.json")["sequences"]
+    protocol = Protocol("breakout", 4, 4, 84, CAP, 0.0, 16, "linear", "authors")
+    expected = play(net, [EpisodeSpec(k, start_sequence=k) for k in range(EPISODES)],
+                    protocol, sequences)
+    assert ours == [(r.score, r.frames) for r in expected]
+    assert len(set(ours)) > 1
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_a_file_that_is_no_such_policy_is_one_line_and_writes_nothing(tmp_path):
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not torchscript")
+    three = tmp_path / "three.pt"
+    torch.jit.save(torch.jit.script(ThreeActions()), three)
+    for policy, message in ((garbage, "not a TorchScript module"),
+                            (three, "returns shape (2, 3) for uint8 (2, 4, 84, 84)"),
+                            (tmp_path / "missing.pt", "missing.pt: not found")):
+        out = tmp_path / f"out-{policy.stem}"
+        result = subprocess.run(command(policy, out), capture_output=True, text=True,
+                                env=cli_env())
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert message in result.stderr and not out.exists()
