@@ -164,9 +164,10 @@ def test_gymnasium_sync_vector_env_plays_each_episode_as_alone(alone, n, autores
     assert gymnasium_vector(n, "sync", gym.vector.AutoresetMode[autoreset]) == alone
 
 
+@pytest.mark.parametrize("n", [2, 5])
 @pytest.mark.parametrize("autoreset", ["NEXT_STEP", "SAME_STEP"])
-def test_gymnasium_async_vector_env_plays_each_episode_as_alone(alone, autoreset):
-    assert gymnasium_vector(2, "async", gym.vector.AutoresetMode[autoreset]) == alone
+def test_gymnasium_async_vector_env_plays_each_episode_as_alone(alone, n, autoreset):
+    assert gymnasium_vector(n, "async", gym.vector.AutoresetMode[autoreset]) == alone
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 5])
@@ -174,8 +175,9 @@ def test_sb3_dummy_vec_env_plays_each_episode_as_alone(alone, n):
     assert sb3_vector(n, DummyVecEnv) == alone
 
 
-def test_sb3_subproc_vec_env_plays_each_episode_as_alone(alone):
-    assert sb3_vector(2, SubprocVecEnv) == alone
+@pytest.mark.parametrize("n", [2, 5])
+def test_sb3_subproc_vec_env_plays_each_episode_as_alone(alone, n):
+    assert sb3_vector(n, SubprocVecEnv) == alone
 
 
 def test_bad_input_is_one_line(tmp_path):

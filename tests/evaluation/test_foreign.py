@@ -70,6 +70,12 @@ def test_a_file_that_is_no_such_policy_is_one_line_and_writes_nothing(tmp_path):
     garbage.write_bytes(b"not torchscript")
     three = tmp_path / "three.pt"
     torch.jit.save(torch.jit.script(ThreeActions()), three)
+    torch.jit.save(torch.jit.script(Greedy(ThreeActions())), tmp_path / "greedy.pt")
+    unknown = command(tmp_path / "greedy.pt", tmp_path / "out-unknown")
+    unknown[unknown.index("--start-sequences") + 1] = str(tmp_path / "theirs.json")
+    result = subprocess.run(unknown, capture_output=True, text=True, env=cli_env())
+    assert result.returncode == 2 and "theirs.json" in result.stderr
+    assert result.stderr.count("\n") == 1 and not (tmp_path / "out-unknown").exists()
     for policy, message in ((garbage, "not a TorchScript module"),
                             (three, "returns shape (2, 3) for uint8 (2, 4, 84, 84)"),
                             (tmp_path / "missing.pt", "missing.pt: not found")):
