@@ -19,6 +19,7 @@ Resume points hold every actor's game, frame history, streams and counters.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,8 @@ from reprodqn.training.run_state import RunState
 
 class LockstepRun(RunState):
     """The state of a run with N lockstep actors; the loop drives it as it drives Run."""
+
+    replay: ActorReplay
 
     def __init__(self, config: RunConfig, run_dir: Path, device: torch.device,
                  workers: int = 0):
@@ -66,7 +69,7 @@ class LockstepRun(RunState):
             history.reset(frame)
 
     @property
-    def worker_pids(self) -> list[int]:
+    def worker_pids(self) -> Sequence[int]:
         return self.games.pids
 
     # -- one round: N transitions --------------------------------------------------------------

@@ -67,6 +67,8 @@ def build_replay(config: RunConfig) -> ReplayMemory | PrioritizedReplay:
 class Run(RunState):
     """All state of one training run, composed from parts that each save and restore."""
 
+    replay: ReplayMemory | PrioritizedReplay
+
     def __init__(self, config: RunConfig, run_dir: Path, device: torch.device):
         self.config = config
         self.dir = run_dir
@@ -284,10 +286,10 @@ def _checkpoint(run: RunState) -> CheckpointWritten:
     run.flush_losses()
     path = workspace.checkpoint_path(run.dir, run.step)
     digest = save_weights(path, cpu_weights(run.agent.online), {
-        "step": run.step, "network": run.config.agent.network,
-        "n_actions": run.n_actions, "history_length": run.config.env.history_length,
-        "screen_size": run.config.env.screen_size,
-        **({"dueling": True} if run.config.agent.dueling else {}),  # absent: a plain Q head
+        "step": str(run.step), "network": run.config.agent.network,
+        "n_actions": str(run.n_actions), "history_length": str(run.config.env.history_length),
+        "screen_size": str(run.config.env.screen_size),
+        **({"dueling": "True"} if run.config.agent.dueling else {}),  # absent: a plain Q head
     })
     line = {"step": run.step, "weights_sha256": digest, "loss_chain_sha256": run.loss_chain,
             "updates": run.updates}

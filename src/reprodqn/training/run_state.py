@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -14,6 +17,14 @@ import torch
 from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
 from reprodqn.training import resume
+
+if TYPE_CHECKING:  # what subclasses hold, named for the type checker only
+    from reprodqn.config.params import RunConfig
+    from reprodqn.determinism.rng import Streams
+    from reprodqn.dqn.actor_replay import ActorReplay
+    from reprodqn.dqn.agent import DQNAgent
+    from reprodqn.dqn.prioritized_replay import PrioritizedReplay
+    from reprodqn.dqn.replay import ReplayMemory
 
 EMPTY_CHAIN = "0" * 64
 
@@ -40,7 +51,21 @@ class RunState:
     """Subclasses set config, dir, streams, replay and agent, call start_counters(), and give
     the state of their games (and any counters of their own) to get_state/set_state."""
 
-    worker_pids: tuple[int, ...] = ()  # processes stepping the games besides this one
+    config: RunConfig
+    dir: Path
+    streams: Streams
+    replay: ReplayMemory | PrioritizedReplay | ActorReplay
+    agent: DQNAgent
+    n_actions: int
+
+    @property
+    def worker_pids(self) -> Sequence[int]:
+        """Processes stepping the games besides this one."""
+        return ()
+
+    def advance(self) -> None:
+        """One agent step (one actor) or one round of N transitions (lockstep actors)."""
+        raise NotImplementedError
 
     def start_counters(self) -> None:
         self.step = 0
