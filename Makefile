@@ -90,8 +90,8 @@ smoke: smoke-workspace
 smoke-reference: smoke
 	cd $(SMOKE) && reprodqn bundle --reference-dir $(CURDIR)/reference/smoke
 
-# The laptop study: the authors-2018 agent at the laptop scale (presets/laptop.yaml), about
-# 7 hours on 2 cores. Rerun to resume; LAPTOP=DIR puts the workspace elsewhere.
+# The laptop study: the authors-2018 agent at the laptop scale (presets/laptop.yaml); what it
+# costs is measured in docs/laptop.md. Rerun to resume; LAPTOP=DIR puts the workspace elsewhere.
 laptop-workspace: $(STAMP)
 	$(call fill-workspace,$(LAPTOP))
 	reprodqn params --params params.yaml --preset authors-2018 --overlay presets/laptop.yaml \
