@@ -18,6 +18,8 @@ from reprodqn.evaluation.protocol import EpisodeSpec, Protocol, play
 from tests.helpers import PARAMS, ROOT, cli_env
 
 EPISODES, CAP = 4, 800
+# torch 2.13 deprecates TorchScript's own API, which these tests must use to make policies
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.:DeprecationWarning")
 
 
 class Greedy(torch.nn.Module):
@@ -64,7 +66,6 @@ def test_a_torchscript_policy_is_scored_as_its_network(net, tmp_path, output):
     assert len(set(ours)) > 1
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 def test_a_file_that_is_no_such_policy_is_one_line_and_writes_nothing(tmp_path):
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not torchscript")
