@@ -129,6 +129,15 @@ def assert_none_alive(processes, seconds=10) -> None:
     assert not alive, [" ".join(p.cmdline()[:6]) for p in alive]
 
 
+def assert_stopped(command, stderr: str, started, sig: int, name: str) -> None:
+    """Nothing it started is alive; a SIGTERM ended it with exit 143 and its one line."""
+    assert_none_alive(started)
+    if sig == signal.SIGTERM:
+        assert command.returncode == lifeline.TERMINATED_EXIT
+        assert stderr.strip().splitlines()[-1].startswith(f"reprodqn {name}: stopped by "
+                                                          "SIGTERM")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
 def test_evaluate_with_workers_stopped_mid_checkpoint_leaves_nothing_and_resumes(
         trained, tmp_path, sig):
@@ -137,11 +146,8 @@ def test_evaluate_with_workers_stopped_mid_checkpoint_leaves_nothing_and_resumes
     argv = evaluate_command(runs, evaluations)
     # the 2 pool workers and multiprocessing's resource tracker
     command, stderr, started = stop_mid_checkpoint(argv, evaluations, sig, workers=3)
-    assert_none_alive(started)
+    assert_stopped(command, stderr, started, sig, "evaluate")
     if sig == signal.SIGTERM:
-        assert command.returncode == lifeline.TERMINATED_EXIT
-        assert stderr.strip().splitlines()[-1].startswith("reprodqn evaluate: stopped by "
-                                                          "SIGTERM")
         assert "Traceback" not in stderr
     out = workspace.eval_dir(evaluations, "deterministic", 0)
     assert not (out / workspace.EVAL_CSV).exists()
@@ -156,11 +162,7 @@ def test_study_evaluate_stopped_mid_checkpoint_leaves_no_job_and_resumes(trained
     evaluations = tmp_path / "evaluations"
     argv = study_evaluate_command(runs, evaluations)
     command, stderr, started = stop_mid_checkpoint(argv, evaluations, sig, workers=2)
-    assert_none_alive(started)
-    if sig == signal.SIGTERM:
-        assert command.returncode == lifeline.TERMINATED_EXIT
-        assert stderr.strip().splitlines()[-1].startswith("reprodqn study: stopped by "
-                                                          "SIGTERM")
+    assert_stopped(command, stderr, started, sig, "study")
     subprocess.run(argv, check=True, capture_output=True, env=cli_env(REPRODQN_TRACKING="0"))
     for run in (0, 1):
         out = workspace.eval_dir(evaluations, "deterministic", run)

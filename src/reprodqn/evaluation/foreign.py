@@ -25,10 +25,8 @@ from reprodqn.dqn.network import QNetwork
 from reprodqn.evaluation.protocol import (
     TORCHSCRIPT_SUFFIXES,
     Evaluator,
-    Protocol,
-    episode_specs,
 )
-from reprodqn.evaluation.stage import evaluate_run, evaluation_digest
+from reprodqn.evaluation.stage import evaluate_run, evaluation_digest, protocol_episodes
 from reprodqn.training.checkpoints import save_weights
 
 SB3_MEMBER = "policy.pth"
@@ -107,23 +105,14 @@ def evaluate_policy_file(params, policy: Path, out_dir: Path, start_sequences: P
     """Evaluate a policy file on the protocol's episodes into out_dir (eval.csv, eval.json,
     and an SB3 model's network as a reprodqn checkpoint, step 0); returns its hash and mean
     score."""
-    from reprodqn.evaluation import start_states
-
     env, policy = params.env, Path(policy)
     scripted = policy.suffix in TORCHSCRIPT_SUFFIXES
     if scripted:
         check_scripted(policy, 4, env.history_length, env.screen_size)
     else:
         net = sb3_network(policy, 4, env.history_length, env.screen_size)
-    protocol = Protocol.for_run(params, params.evaluation)
-    specs = episode_specs(protocol, params.evaluation.episodes,
-                          params.evaluation.sticky_seed_start)
-    sequences, sequences_sha, used = None, None, None
-    if protocol.sticky_p == 0:
-        path = Path(start_sequences or params.evaluation.start_sequences)
-        doc = start_states.load(path, at_least=params.evaluation.episodes)
-        sequences, sequences_sha = doc["sequences"], doc["sequences_sha256"]
-        used = start_states.summary(doc, path)
+    protocol, specs, sequences, sequences_sha, used = protocol_episodes(
+        params, params.evaluation, start_sequences)
     policy_sha256 = sha256_file(policy)
     if scripted:  # evaluated from its own file, checked against this hash in every worker
         digest, policies = policy_sha256, {0: policy.resolve()}

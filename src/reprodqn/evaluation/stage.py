@@ -120,6 +120,22 @@ class EvaluatedRun:
     protocol: Protocol
 
 
+def protocol_episodes(config, evaluation, start_sequences: Path | None):
+    """The protocol for a config's game and the evaluation params, its episodes, and their
+    start sequences (none for sticky agents): (protocol, specs, sequences, their SHA-256,
+    the start states' summary for the record)."""
+    protocol = Protocol.for_run(config, evaluation)
+    specs = episode_specs(protocol, evaluation.episodes, evaluation.sticky_seed_start)
+    if protocol.sticky_p > 0:
+        return protocol, specs, None, None, None
+    from reprodqn.evaluation import start_states
+
+    path = Path(start_sequences or evaluation.start_sequences)
+    doc = start_states.load(path, at_least=evaluation.episodes)
+    return (protocol, specs, doc["sequences"], doc["sequences_sha256"],
+            start_states.summary(doc, path))
+
+
 def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
                    start_sequences: Path | None, workers: int | None) -> EvaluatedRun:
     """Evaluate every checkpoint of runs/GROUP/RUN, unless eval.csv already holds this
@@ -134,17 +150,8 @@ def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
         raise InputError(f"{run_dir}: training is not complete; run `reprodqn train "
                          f"--group {group} --run {run}` first")
     hashes = workspace.read_hashes(run_dir)
-    protocol = Protocol.for_run(config, params.evaluation)
-    specs = episode_specs(protocol, params.evaluation.episodes,
-                          params.evaluation.sticky_seed_start)
-    sequences, sequences_sha, used = None, None, None
-    if protocol.sticky_p == 0:
-        from reprodqn.evaluation import start_states
-
-        path = Path(start_sequences or params.evaluation.start_sequences)
-        doc = start_states.load(path, at_least=params.evaluation.episodes)
-        sequences, sequences_sha = doc["sequences"], doc["sequences_sha256"]
-        used = start_states.summary(doc, path)
+    protocol, specs, sequences, sequences_sha, used = protocol_episodes(
+        config, params.evaluation, start_sequences)
     digest = evaluation_digest(protocol, specs, sequences_sha, hashes)
     label = f"evaluate {group}/{run}"
     out_dir = workspace.eval_dir(evaluations, group, run)
