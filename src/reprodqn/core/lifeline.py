@@ -81,6 +81,8 @@ def stop_this_command() -> None:
 
 
 def _raise_terminated(signum, frame) -> None:
+    # a second SIGTERM (the lifeline's and the parent's) must not cut the clean-up short
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated
 
 

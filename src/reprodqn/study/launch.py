@@ -99,8 +99,7 @@ class LocalExecutor:
         line = lifeline.Lifeline()
         try:
             return self._run(jobs, label, monitor, running, line)
-        finally:
-            line.cut()  # a job that somehow missed its SIGTERM still sees its study gone
+        finally:  # one SIGTERM per running job; the line closes after they have stopped
             _stop([process for process, *_ in running.values()])
             line.close()
 
