@@ -2,9 +2,12 @@
 project applies.
 
 On the CPU the settings are: the thread pin (compute.threads, 1, against torch's default of
-one thread per core), the instruction-set floor (compute.cpu_isa, portable, against avx2,
-whose MKL branch is Intel-only, and against the machine's widest), and torch's
-deterministic-algorithms flag; in evaluation, Q-values in fixed chunks of 16 states
+one thread per core), the instruction-set floor (compute.cpu_isa, portable, against
+AVX-512 where the machine has it, and against the machine's widest), every layer routed
+to oneDNN (dqn.network, against torch's own dispatch, which sends the fully connected
+layers and batch-1 convolutions to MKL: at the portable floor on MKL's vendor-independent
+COMPATIBLE branch, and at the avx2 floor on its AVX2 branch, Intel-only bits, the fastest
+MKL gives), and torch's deterministic-algorithms flag; in evaluation, Q-values in fixed chunks of 16 states
 (zero-padded) against one forward over whatever episodes are still live. On CUDA, when
 present, also cuDNN deterministic without benchmarking and the cuBLAS workspace (the
 flag, cuDNN and CUBLAS_WORKSPACE_CONFIG on or off together).
@@ -32,23 +35,40 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONFIGS = {  # name: (floor, threads or 0 for torch's default, deterministic flag)
-    "every setting on (as the study runs)": ("portable", 1, True),
-    "avx2 floor (MKL's Intel-only branch)": ("avx2", 1, True),
-    "no ISA floor (native)": ("native", 1, True),
-    "no thread pin (torch default)": ("portable", 0, True),
-    "deterministic-algorithms flag off": ("portable", 1, False),
-    "every setting off": ("native", 0, False),
+# name: (floor, threads or 0 for torch's default, deterministic flag, layers in oneDNN)
+CONFIGS = {
+    "every setting on (as the study runs)": ("portable", 1, True, True),
+    "torch dispatch, MKL COMPATIBLE": ("portable", 1, True, False),
+    "torch dispatch, MKL AVX2 (Intel-only)": ("avx2", 1, True, False),
+    "avx512 floor": ("avx512", 1, True, True),
+    "no ISA floor (native)": ("native", 1, True, True),
+    "no thread pin (torch default)": ("portable", 0, True, True),
+    "deterministic-algorithms flag off": ("portable", 1, False, True),
+    "every setting off": ("native", 0, False, False),
 }
 
 
-def worker(floor: str, threads: int, deterministic: bool, seconds: float) -> None:
+def torch_dispatch() -> None:
+    """The network's layers back on torch's own dispatch (the routing the study replaces)."""
+    from torch import nn
+
+    from reprodqn.dqn import network
+
+    network.OneDnnLinear.forward = nn.Linear.forward
+    network.OneDnnConv2d.forward = nn.Conv2d.forward
+
+
+def worker(floor: str, threads: int, deterministic: bool, onednn: bool,
+           seconds: float) -> None:
     """Agent steps per second of the loop's torch work under one configuration."""
     from reprodqn.determinism import isa
 
     isa.apply(floor)
     import numpy as np
     import torch
+
+    if not onednn:
+        torch_dispatch()
 
     from reprodqn.config.params import load_params
     from reprodqn.determinism import numerics
@@ -120,36 +140,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=6.0, help="per configuration per round")
-    parser.add_argument("--worker", nargs=3, metavar=("FLOOR", "THREADS", "DETERMINISTIC"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS,
+                        metavar=("FLOOR", "THREADS", "DETERMINISTIC", "ONEDNN"))
     args = parser.parse_args()
     if args.worker:
-        floor, threads, deterministic = args.worker
-        worker(floor, int(threads), deterministic == "1", args.seconds)
+        floor, threads, deterministic, onednn = args.worker
+        worker(floor, int(threads), deterministic == "1", onednn == "1", args.seconds)
         return
 
-    rates: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    from reprodqn.determinism import isa
+
+    configs = {name: config for name, config in CONFIGS.items()
+               if set(isa.REQUIRED_FLAGS[config[0]]) <= isa.machine_flags()}
+    rates: dict[str, list[float]] = {name: [] for name in configs}
     seen: dict[str, dict] = {}
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     for round_ in range(args.rounds):
-        for name, (floor, threads, deterministic) in CONFIGS.items():
+        for name, (floor, threads, deterministic, onednn) in configs.items():
             out = subprocess.run(
                 [sys.executable, __file__, "--seconds", str(args.seconds), "--worker", floor,
-                 str(threads), "1" if deterministic else "0"],
+                 str(threads), "1" if deterministic else "0", "1" if onednn else "0"],
                 capture_output=True, text=True, check=True, env=env)
             result = json.loads(out.stdout.strip().splitlines()[-1])
             rates[name].append(result["steps_per_second"])
             seen[name] = result
         print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     off = statistics.median(rates["every setting off"])
+    mkl_avx2 = statistics.median(rates["torch dispatch, MKL AVX2 (Intel-only)"])
     print("training (a Nature update at batch 32 + a batch-1 acting forward per agent step), "
           f"{args.rounds} rounds x {args.seconds:.0f} s, {os.cpu_count()} cores")
-    print(f"{'configuration':40} {'steps/s':>8} {'vs off':>7}  kernels, threads, device")
-    for name in CONFIGS:
+    print(f"{'configuration':40} {'steps/s':>8} {'vs off':>7} {'vs MKL AVX2':>11}  kernels, "
+          "threads, device")
+    for name in configs:
         median = statistics.median(rates[name])
         info = seen[name]
-        print(f"{name:40} {median:8.1f} {median / off:7.3f}  {info['capability']}, "
-              f"{info['threads']}, {info['device']}")
+        print(f"{name:40} {median:8.1f} {median / off:7.3f} {median / mkl_avx2:11.3f}  "
+              f"{info['capability']}, {info['threads']}, {info['device']}")
     fixed, variable = chunking(args.rounds)
     print(f"\nevaluation Q-values/s, 100 episodes ending one by one: fixed chunks of 16 "
           f"{fixed:.0f}, one variable forward {variable:.0f}: ratio {fixed / variable:.3f}")

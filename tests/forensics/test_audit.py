@@ -28,6 +28,8 @@ def test_the_op_table_is_for_the_installed_torch():
     ("aten.scatter_add_.default", optable.DETERMINISTIC_UNDER_FLAG),
     ("aten.index_put_.default", optable.DETERMINISTIC_UNDER_FLAG),
     ("aten.addmm.default", optable.CUBLAS),
+    ("aten.mkldnn_linear.default", optable.CUBLAS),
+    ("aten.mkldnn_convolution.default", optable.DETERMINISTIC_UNDER_FLAG),
     ("aten.avg_pool3d_backward.default", optable.RAISES_UNDER_FLAG),
     ("aten.relu.default", optable.NOT_LISTED),
 ])
@@ -51,7 +53,9 @@ def test_audit_lists_the_ops_of_an_update_and_what_they_need(config, tmp_path):
     # gather's backward is scatter_add: atomics on CUDA (alertNotDeterministic)
     assert {"aten.gather.default", "aten.scatter_add.default"} <= set(
         result["cuda_summary"][optable.DETERMINISTIC_UNDER_FLAG])
-    assert "aten.mm.default" in result["cuda_summary"][optable.CUBLAS]
+    # the linear layers: cuBLAS on CUDA, oneDNN's inner product on a CPU (named as on CUDA)
+    linear = {"aten.mm.default", "aten.mkldnn_linear_backward.default"}
+    assert linear & set(result["cuda_summary"][optable.CUBLAS])
     assert {"act", "evaluate", "optimizer", "sync"} <= {p for e in ops.values()
                                                         for p in e["phases"]}
     assert result["global_rng_used"] == []

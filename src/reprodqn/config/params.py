@@ -190,9 +190,10 @@ class ComputeConfig(Frozen):
     )
     cpu_isa: Literal["portable", "avx2", "avx512", "native"] = Field(
         "portable", description="Instruction-set floor for oneDNN, ATen and MKL. portable: "
-        "AVX2 kernels, MKL's vendor-independent branch, the same bits on Intel and AMD; "
-        "avx2/avx512: replicate across one vendor's CPUs only (MKL's branches by vendor); "
-        "native: this machine's widest."
+        "AVX2 kernels (every layer in oneDNN), the same bits on Intel and AMD; avx2: the "
+        "same, with MKL's Intel-only AVX2 branch for code outside the network; avx512: "
+        "AVX-512 kernels, checked on one vendor's CPUs so far; native: this machine's "
+        "widest."
     )
 
 

@@ -5,8 +5,11 @@ results differ between instruction sets, so the same run gives different weights
 AVX-512 machine than on an AVX2 one. Pinning all three to a floor makes CPU results
 replicate on any machine at or above it. MKL also looks at the vendor: its AVX2 and AVX512
 reproducibility branches are honoured on Intel CPUs only (AMD gets its AUTO branch, and
-other bits from the fully connected layers), so the default floor, `portable`, pins oneDNN
-and ATen to AVX2 and MKL to its COMPATIBLE branch, the one it runs alike on every vendor.
+other bits), so the network computes nothing in MKL (dqn.network routes every layer to
+oneDNN, whose kernels look at the instruction set alone). The default floor, `portable`,
+pins oneDNN and ATen to AVX2 and leaves MKL, for anything else that calls it, on its
+COMPATIBLE branch, the one it runs alike on every vendor. `avx2` differs from it in that
+branch only, so it gives the network the same numbers.
 The libraries read these settings when they first run a kernel (measured: setting them
 after `import torch` but before any op still works; after a convolution, nothing
 changes), so they are applied before torch is even imported, and refused after: this
@@ -34,7 +37,7 @@ FLOORS = {
     # Intel and AMD alike (docs/replication.md: shown op by op under valgrind)
     "portable": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
                  "MKL_CBWR": "COMPATIBLE"},
-    # one vendor's CPUs: MKL's AVX2/AVX512 branches on Intel, its AUTO branch elsewhere
+    # MKL's AVX2/AVX512 branches on Intel, its AUTO branch elsewhere (the network uses none)
     "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},
     "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "ATEN_CPU_CAPABILITY": "avx512",
                "MKL_CBWR": "AVX512"},

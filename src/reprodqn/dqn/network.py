@@ -3,6 +3,13 @@ one Q head or a dueling head: a value and an advantage stream on the same torso.
 
 Dueling (Wang et al. 2016): Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a').
 
+On a CPU every layer runs in oneDNN (`OneDnnConv2d`, `OneDnnLinear`), chosen by hand rather
+than by torch's dispatch, which sends a linear layer, and a small convolution at batch 1, to
+MKL's sgemm. MKL's fast branches give other bits on AMD than on Intel; its one
+vendor-independent branch (COMPATIBLE) ran 2.5x slower. oneDNN's kernels, pinned to AVX2 by
+the portable floor, give the same bits on both vendors at the speed of MKL's fastest
+(docs/replication.md; bench/determinism_overhead.py). Elsewhere (CUDA) torch dispatches.
+
 Layers are built without initialisation (`skip_init`) and then initialised from the init
 stream alone, with PyTorch's default scheme: weights and biases uniform in
 ±1/sqrt(fan_in) (what kaiming_uniform(a=sqrt(5)) gives, and what torch 0.3 used).
@@ -24,9 +31,31 @@ ARCHITECTURES = {
 }
 
 
+class OneDnnConv2d(nn.Conv2d):
+    """A convolution that runs in oneDNN on a CPU at any batch size (torch's dispatch sends
+    a 3x3 kernel at batch 1 to an im2col product in MKL)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu":
+            return super().forward(x)
+        return torch.mkldnn_convolution(x, self.weight, self.bias, self.padding, self.stride,
+                                        self.dilation, self.groups)
+
+
+class OneDnnLinear(nn.Linear):
+    """A linear layer that runs in oneDNN's inner product on a CPU, forward and backward
+    (torch's dispatch sends it to MKL's sgemm). oneDNN takes the input in its own layout
+    and the weight as it is; both conversions are differentiable."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu":
+            return super().forward(x)
+        return torch._C._nn.mkldnn_linear(x.to_mkldnn(), self.weight, self.bias).to_dense()
+
+
 def _head(features: int, hidden: int, outputs: int) -> list[nn.Module]:
-    return [skip_init(nn.Linear, features, hidden), nn.ReLU(),
-            skip_init(nn.Linear, hidden, outputs)]
+    return [skip_init(OneDnnLinear, features, hidden), nn.ReLU(),
+            skip_init(OneDnnLinear, hidden, outputs)]
 
 
 class QNetwork(nn.Module):
@@ -40,7 +69,7 @@ class QNetwork(nn.Module):
         layers: list[nn.Module] = []
         channels, side = history_length, screen_size
         for out_channels, kernel, stride in convs:
-            layers += [skip_init(nn.Conv2d, channels, out_channels, kernel, stride), nn.ReLU()]
+            layers += [skip_init(OneDnnConv2d, channels, out_channels, kernel, stride), nn.ReLU()]
             channels, side = out_channels, (side - kernel) // stride + 1
         layers.append(nn.Flatten())
         features = channels * side * side

@@ -86,6 +86,13 @@ _CUBLAS = {name: "cuBLAS matrix products (reproducibility notes)"
            for name in ("mm", "addmm", "baddbmm", "addbmm", "mv", "addmv", "matmul",
                         "linear", "_addmm_activation")}
 
+# oneDNN's forms of the same layers, which a CPU runs (dqn.network): named by what CUDA runs
+_MADE.update({name: _CONV + " (a CPU runs it in oneDNN)" for name in ("mkldnn_convolution",)})
+_CUBLAS.update({name: "cuBLAS matrix products (reproducibility notes): a linear layer, which a "
+                "CPU runs in oneDNN's inner product"
+                for name in ("mkldnn_linear", "mkldnn_linear_backward",
+                             "mkldnn_linear_backward_input", "mkldnn_linear_backward_weights")})
+
 TABLE = {**{k: (DETERMINISTIC_UNDER_FLAG, v) for k, v in _MADE.items()},
          **{k: (RAISES_UNDER_FLAG, v) for k, v in _RAISES.items()},
          **{k: (CUBLAS, v) for k, v in _CUBLAS.items()}}

@@ -39,6 +39,8 @@ UNINITIALISED = "empty"  # aten.empty*, new_empty...: their bytes are whatever m
 def tensor_hash(tensor: torch.Tensor) -> str:
     """SHA-256 (64 bits shown) of a tensor's dtype, shape and bytes."""
     data = tensor.detach()
+    if data.is_mkldnn:  # oneDNN's opaque layout: hashed as the dense tensor it holds
+        data = data.to_dense()
     data = (data.cpu() if data.device.type != "cpu" else data).contiguous()
     digest = hashlib.sha256(f"{data.dtype}{tuple(data.shape)}".encode())
     digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
