@@ -7,10 +7,10 @@ AVX-512 where the machine has it, and against the machine's widest), every layer
 to oneDNN (dqn.network, against torch's own dispatch, which sends the fully connected
 layers and batch-1 convolutions to MKL: at the portable floor on MKL's vendor-independent
 COMPATIBLE branch, and at the avx2 floor on its AVX2 branch, Intel-only bits, the fastest
-MKL gives), and torch's deterministic-algorithms flag; in evaluation, Q-values in fixed chunks of 16 states
-(zero-padded) against one forward over whatever episodes are still live. On CUDA, when
-present, also cuDNN deterministic without benchmarking and the cuBLAS workspace (the
-flag, cuDNN and CUBLAS_WORKSPACE_CONFIG on or off together).
+MKL gives), and torch's deterministic-algorithms flag; in evaluation, Q-values in fixed
+chunks of 16 states (zero-padded) against one forward over whatever episodes are still
+live. On CUDA, when present, also cuDNN deterministic without benchmarking and the cuBLAS
+workspace (the flag, cuDNN and CUBLAS_WORKSPACE_CONFIG on or off together).
 
 Training is measured as Nature-network updates at batch 32 plus one batch-1 acting forward
 per agent step (the loop's two torch costs), each configuration in its own process (the

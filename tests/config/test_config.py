@@ -57,6 +57,7 @@ def test_groups_differ_from_deterministic_only_as_the_paper_says():
                for r in range(5))
     gpu = resolve_run(p, "gpu", 3)
     assert gpu.compute.deterministic_gpu is False
+    assert gpu.compute.cpu_reduction_order == "random"  # ignored on CUDA
     assert gpu.seeds == base.seeds and gpu.env == base.env
     env_runs = [resolve_run(p, "environment", r) for r in range(5)]
     assert {c.env.sticky_p for c in env_runs} == {0.25}

@@ -111,3 +111,55 @@ def test_target_dtype_float64_rounds_once_from_float64_as_the_authors():
     agent.config = agent.config.model_copy(update={"target_dtype": "float32"})
     single = agent.td_target(rewards, None, not_terminal)
     assert not torch.equal(single, ours)  # the two precisions are distinguishable here
+
+
+def random_batch(size: int = 32, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    states = rng.integers(0, 256, (size + 1, 4, 84, 84), dtype=np.uint8)
+    return {"states": states[:size], "next_states": states[1:],
+            "actions": rng.integers(0, 4, size), "rewards": rng.choice([0.0, 1.0], size),
+            "terminals": rng.random(size) < 0.1}
+
+
+def one_update(order=None, monkeypatch=None):
+    """An agent after one update, its rows summed in the given order (None: fixed)."""
+    from reprodqn.dqn import agent as agent_module
+
+    config = load_params(PARAMS, ["agent.network=nips"]).agent
+    agent = DQNAgent(config, n_actions=4, history_length=4, screen_size=84,
+                     device=torch.device("cpu"), init_generator=torch.Generator().manual_seed(1),
+                     learning_starts=0, reward_clip=1.0,
+                     reduction_order="fixed" if order is None else "random")
+    if order is not None:
+        monkeypatch.setattr(agent_module, "os_entropy_order", lambda n: order)
+    batch = random_batch()
+    batch["rewards"] = batch["rewards"].astype(np.float32)
+    loss, td_errors = agent.update_with_td_errors(batch)
+    return agent, loss, td_errors
+
+
+def test_a_random_reduction_order_changes_the_bits_not_the_mathematics(monkeypatch):
+    """compute.cpu_reduction_order=random: the same rows, summed in another order by the loss
+    and every weight gradient, give the fixed-order update to within float32 rounding, and
+    other bits; TD errors come back in the minibatch's order."""
+    fixed, fixed_loss, fixed_td = one_update()
+    reversed_order = np.arange(32)[::-1].copy()
+    shuffled, loss, td = one_update(reversed_order, monkeypatch)
+    assert torch.equal(td, fixed_td)  # per-row values: only the sums' order changed
+    assert abs(float(loss) - float(fixed_loss)) <= 1e-6 * abs(float(fixed_loss))
+    differing = 0
+    for (name, a), b in zip(fixed.online.named_parameters(), shuffled.online.parameters(),
+                            strict=True):
+        differing += int(not torch.equal(a, b))
+        scale = float(a.detach().abs().max())
+        assert float((a - b).detach().abs().max()) <= 1e-6 * scale, name
+    assert differing > 0
+
+
+def test_the_reduction_order_is_drawn_from_os_entropy_not_a_seeded_stream():
+    from reprodqn.dqn.agent import os_entropy_order
+
+    draws = {tuple(os_entropy_order(32)) for _ in range(3)}
+    assert all(sorted(d) == list(range(32)) for d in draws)
+    assert len(draws) == 3  # 32! orders: three equal draws would mean a fixed seed
+

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reprodqn.config.study import GPU_ON_CPU
 from reprodqn.config.study import GROUP_NAMES as GROUPS
 from tests.helpers import ROOT, TINY_OVERLAY, cli_env
 
@@ -117,7 +118,7 @@ def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
             assert (root / "evaluations" / group / str(run) / "eval.csv").exists()
     replicability = json.loads((root / "reports" / "replicability.json").read_text())
     assert replicability["replicable"] is True
-    assert "no GPU nondeterminism to show" in replicability["device"]["text"]
+    assert "gpu group emulates nondeterministic GPU kernels" in replicability["device"]["text"]
     assert "Reduced scale" in (root / "reports" / "report.md").read_text()
     metrics = json.loads(dvc(root, "metrics", "show", "--json").stdout)
     shown = metrics[""]["data"]["reports/metrics.json"]["data"]
@@ -125,10 +126,9 @@ def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
     assert shown["first_divergence_step"]["initialization"]["weights"] == 0
     parting = json.loads((root / "reports" / "metrics.json").read_text())[
         "first_divergence_step"]  # dvc metrics show leaves out "never" (null)
-    assert parting["deterministic"] == parting["gpu"] == {
-        "weights": None, "losses": None, "evaluation": None}  # a CPU has no GPU to vary
+    assert parting["deterministic"] == {"weights": None, "losses": None, "evaluation": None}
     assert parting["initialization"]["weights"] == 0  # different weights from the start
-    for group in ("exploration", "minibatch", "environment"):
+    for group in ("gpu", "exploration", "minibatch", "environment"):  # gpu: sums' order
         # same weights until updates begin (t > 200); the first checkpoint after: 400;
         # the loss chains part in the first process record with updates (step 300)
         assert parting[group]["weights"] == 400 and parting[group]["losses"] == 300
@@ -137,7 +137,8 @@ def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
     report = (root / "reports" / "report.md").read_text()
     assert "| deterministic | 2 | never | never | never |" in report
     assert "| minibatch | 2 | step 400 | step 300 (updates 1–24) |" in report
-    assert "The gpu group cannot part on a CPU" in report
+    assert "the gpu group's runs part through the order of their sums" in report
+    assert f"| {GPU_ON_CPU} | 2 | step 400 |" in report
     audit = json.loads((root / "results" / "audit.json").read_text())
     assert audit["global_rng_used"] == [] and "### Nondeterminism audit" in report
     assert audit["exercised"]["network"] == "nips"  # the study's own network

@@ -134,8 +134,15 @@ def test_gpu_group_runs_with_deterministic_algorithms_off(reference, tmp_path):
     applied = json.loads((run_dir / "determinism.json").read_text())
     assert applied["deterministic_algorithms"] is False
     assert applied["torch_threads"] == 1
-    if applied["device"] == "cpu":  # no GPU nondeterminism to show on a CPU
-        assert gpu == chain
+    if applied["device"] == "cpu":  # its sums' order drawn at random, as GPU kernels do
+        conditions = json.loads((run_dir / "conditions.json").read_text())
+        assert conditions["numerics"]["cpu_reduction_order"] == "random"
+        again = train_tiny(params, tmp_path / "gpu-again", group="gpu", run=0)
+        before_updates = [line for line in chain if line["updates"] == 0]
+        assert before_updates and gpu[:len(before_updates)] == before_updates
+        assert again[:len(before_updates)] == before_updates
+        assert gpu[-1]["weights_sha256"] != chain[-1]["weights_sha256"]
+        assert again[-1]["weights_sha256"] != gpu[-1]["weights_sha256"]
 
 
 def test_determinism_settings_are_applied_and_recorded():

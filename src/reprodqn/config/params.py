@@ -21,6 +21,9 @@ from reprodqn.core.digests import json_digest
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import rng
 
+# knobs that runs recorded before them lack: left out of the digest at their defaults
+DIGEST_OPTIONAL = {**VARIANT_KNOBS, "compute": ("cpu_reduction_order",)}
+
 
 class EnvConfig(Frozen):
     """Breakout through ale-py: frame skip, preprocessing, no-ops, sticky actions."""
@@ -195,6 +198,12 @@ class ComputeConfig(Frozen):
         "AVX-512 kernels, checked on one vendor's CPUs so far; native: this machine's "
         "widest."
     )
+    cpu_reduction_order: Literal["fixed", "random"] = Field(
+        "fixed", description="random: each update takes its minibatch's rows in an order "
+        "drawn from OS entropy (never a seeded stream), so the loss and every weight "
+        "gradient sum the same terms in another order, as nondeterministic GPU kernels do; "
+        "the gpu group's on a CPU. On CUDA the real kernels decide and this is ignored."
+    )
 
 
 class EvaluationConfig(Frozen):
@@ -273,13 +282,16 @@ class RunConfig(Frozen):
         return self._digest(compute=False)
 
     def _digest(self, compute: bool) -> str:
-        """The variant knobs at their defaults (the authors' DQN), and the priority section
+        """The variant knobs and the CPU reduction order at their defaults (the authors' DQN,
+        a fixed order), and the priority section
         unless replay is prioritized, are left out: they change nothing then, and runs
         trained before they existed keep their digests."""
         exclude = {"group": True, "run": True, "train": {"resume_every"}}
         body = self.model_dump(mode="json", exclude=exclude if compute else
                                {**exclude, "compute": True})
-        for section, knobs in VARIANT_KNOBS.items():
+        for section, knobs in DIGEST_OPTIONAL.items():
+            if section not in body:
+                continue
             fields = type(getattr(self, section)).model_fields
             body[section] = {k: v for k, v in body[section].items()
                              if k not in knobs or fields[k].default != v}

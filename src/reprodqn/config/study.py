@@ -12,6 +12,15 @@ from reprodqn.config.types import Frozen, PositiveInt, Seed
 from reprodqn.determinism import rng
 
 GROUP_NAMES = ("deterministic", "gpu", "environment", "exploration", "initialization", "minibatch")
+# what a reader is told the gpu group is when it ran on a CPU (compute.cpu_reduction_order)
+GPU_ON_CPU = "gpu (CPU: reduction order drawn at random, emulating nondeterministic GPU kernels)"
+
+
+def group_label(group: str, device_type: str, reduction_order: str) -> str:
+    """A group's name as every table, figure and MLflow run shows it."""
+    if group == "gpu" and device_type == "cpu" and reduction_order == "random":
+        return GPU_ON_CPU
+    return group
 
 
 class GroupConfig(Frozen):

@@ -160,6 +160,8 @@ def collect(compute_config, root: Path = Path(".")) -> dict:
             "cpu_isa": compute_config.cpu_isa,
             "torch_threads": compute_config.threads,
             "deterministic_gpu_default": compute_config.deterministic_gpu,
+            "cpu_reduction_order": (compute_config.cpu_reduction_order
+                                    if device.type == "cpu" else "the GPU kernels'"),
             "environment": {name: os.environ.get(name) for name in isa.NUMERICS_ENV},
         },
         "container": container_info(),

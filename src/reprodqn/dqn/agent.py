@@ -6,6 +6,7 @@ through `priority_rule` when replay is prioritized."""
 from __future__ import annotations
 
 import copy
+import secrets
 
 import numpy as np
 import torch
@@ -14,6 +15,18 @@ from torch.nn import functional as F
 from reprodqn.dqn import priority_rule
 from reprodqn.dqn.network import build_q_network, q_values
 from reprodqn.dqn.optimizers import build_optimizer
+
+# a minibatch's per-row arrays: what a reordering of its rows permutes
+ROW_KEYS = ("states", "next_states", "actions", "rewards", "terminals", "discounts")
+
+
+def os_entropy_order(n: int) -> np.ndarray:
+    """A permutation of n rows drawn from the operating system's entropy: never from a seeded
+    stream, so no two runs (or resumes) draw the same sequence, as no two launches of a
+    nondeterministic GPU kernel add in the same order."""
+    order = list(range(n))
+    secrets.SystemRandom().shuffle(order)
+    return np.array(order)
 
 
 class AnnealedEpsilon:
@@ -45,8 +58,11 @@ class DQNAgent:
 
     def __init__(self, agent_config, *, n_actions: int, history_length: int, screen_size: int,
                  device: torch.device, init_generator: torch.Generator,
-                 learning_starts: int, reward_clip: float, priority_config=None):
+                 learning_starts: int, reward_clip: float, priority_config=None,
+                 reduction_order: str = "fixed"):
         self.config = agent_config
+        # compute.cpu_reduction_order: on CUDA the kernels' own order stands
+        self.shuffle_rows = reduction_order == "random" and device.type == "cpu"
         self.priority = priority_config  # None: uniform replay, the authors' rule
         self.n_actions = n_actions
         self.device = device
@@ -165,13 +181,21 @@ class DQNAgent:
     def update_with_td_errors(self, batch: dict[str, np.ndarray],
                               weights: torch.Tensor | None = None
                               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One optimizer step; the loss and the TD errors the step was taken on."""
+        """One optimizer step; the loss and the TD errors the step was taken on (in the
+        minibatch's order, whatever order the update summed its rows in)."""
+        order = os_entropy_order(len(batch["actions"])) if self.shuffle_rows else None
+        if order is not None:  # the same terms, summed in another order by every reduction
+            batch = {**batch, **{k: batch[k][order] for k in ROW_KEYS if k in batch}}
+            weights = None if weights is None else weights[torch.from_numpy(order)]
         targets, q = self.targets_and_q(batch)
         loss = self.loss(q, targets, weights)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        return loss.detach(), (targets - q).detach()
+        td_errors = (targets - q).detach()
+        if order is not None:
+            td_errors = td_errors[torch.from_numpy(np.argsort(order))]
+        return loss.detach(), td_errors
 
     def update_prioritized(self, step: int, batch: dict, replay) -> torch.Tensor:
         """The update with importance weights (unless off), then the sampled transitions'
@@ -248,10 +272,11 @@ class DoubleDQNAgent(DQNAgent):
 
 def make_agent(agent_config, *, n_actions: int, history_length: int, screen_size: int,
                device: torch.device, init_generator: torch.Generator, learning_starts: int,
-               reward_clip: float, priority_config=None) -> DQNAgent:
+               reward_clip: float, priority_config=None,
+               reduction_order: str = "fixed") -> DQNAgent:
     """The agent a config names: DQN, or Double DQN when agent.double."""
     kind = DoubleDQNAgent if agent_config.double else DQNAgent
     return kind(agent_config, n_actions=n_actions, history_length=history_length,
                 screen_size=screen_size, device=device, init_generator=init_generator,
                 learning_starts=learning_starts, reward_clip=reward_clip,
-                priority_config=priority_config)
+                priority_config=priority_config, reduction_order=reduction_order)

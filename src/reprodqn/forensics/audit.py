@@ -89,6 +89,18 @@ def _settings(applied: dict) -> dict:
     }
 
 
+def designed_sources(compute, device: torch.device) -> list[str]:
+    """The sources of nondeterminism this run's settings turn on by design (the gpu group's)."""
+    sources = []
+    if device.type == "cuda" and not compute.deterministic_gpu:
+        sources.append("compute.deterministic_gpu: false (nondeterministic CUDA kernels "
+                       "allowed)")
+    if device.type == "cpu" and compute.cpu_reduction_order == "random":
+        sources.append("compute.cpu_reduction_order: random (each update sums its "
+                       "minibatch's rows in an order drawn from OS entropy)")
+    return sources
+
+
 def _version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
@@ -129,6 +141,7 @@ def audit(config, chunk: int, out: Path, scratch: Path) -> dict:
                          for status in (optable.DETERMINISTIC_UNDER_FLAG,
                                         optable.RAISES_UNDER_FLAG, optable.CUBLAS)},
         "global_rng_used": touched,
+        "nondeterminism_by_design": designed_sources(compute, device),
         "determinism_warnings": sorted({str(w.message).splitlines()[0] for w in caught
                                         if "determinis" in str(w.message)}),
         "settings": _settings(applied),
@@ -150,4 +163,6 @@ def summary(result: dict) -> str:
             f"use_deterministic_algorithms ({', '.join(made) or '-'}), {len(cublas)} need "
             f"CUBLAS_WORKSPACE_CONFIG ({', '.join(cublas) or '-'}), {len(raises)} would raise"
             f"{' (' + ', '.join(raises) + ')' if raises else ''}; global RNGs drawn from: "
-            f"{rng}; determinism warnings: {len(result['determinism_warnings'])}")
+            f"{rng}; determinism warnings: {len(result['determinism_warnings'])}; "
+            "nondeterminism by design: "
+            f"{'; '.join(result.get('nondeterminism_by_design', [])) or 'none'}")

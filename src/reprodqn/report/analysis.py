@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reprodqn.config.study import GROUP_NAMES
+from reprodqn.config.study import GROUP_NAMES, group_label
 from reprodqn.core import workspace
 
 # Table 1 of the paper (Breakout, 5 agents per group, 20M steps)
@@ -221,9 +221,18 @@ def device_statement(study: dict[str, list[RunResult]]) -> dict:
     det_runs = [r for r in study.get("deterministic", []) if r.hashes]
     same = bool(gpu_runs and det_runs) and all(
         r.hashes == det_runs[0].hashes for r in gpu_runs)
+    emulated = bool(gpu_runs) and all(
+        r.conditions and r.conditions.get("device") == "cpu"
+        and r.conditions["numerics"].get("cpu_reduction_order") == "random" for r in gpu_runs)
+    labels = {g: group_label(g, "cpu" if emulated else "cuda", "random") for g in GROUP_NAMES}
     if on_gpu:
         text = (f"The study ran on {', '.join(names)}. The gpu group allowed nondeterministic "
                 "GPU operations.")
+    elif emulated:
+        text = ("The study ran on the CPU. Its gpu group emulates nondeterministic GPU "
+                "kernels: every update sums its minibatch's rows in an order drawn from OS "
+                "entropy (compute.cpu_reduction_order: random), so the loss and every weight "
+                "gradient add the same terms in another order, as atomic adds on a GPU do.")
     elif "gpu" not in study:
         text = ("The study ran on the CPU, which has no GPU nondeterminism to show, and left "
                 "the gpu group out.")
@@ -236,7 +245,8 @@ def device_statement(study: dict[str, list[RunResult]]) -> dict:
     if isas:
         text += f" CPU instruction set: {'; '.join(isas)}."
     return {"devices": names, "on_gpu": on_gpu, "gpu_group_equals_deterministic": same,
-            "cpu_isa": isas, "text": text}
+            "gpu_emulated_on_cpu": emulated, "group_labels": labels, "cpu_isa": isas,
+            "text": text}
 
 
 def isa_setting(conditions: dict | None) -> str:

@@ -6,6 +6,7 @@ written without timestamps so the same study gives the same files."""
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -22,13 +23,17 @@ def _plt():
     return plt
 
 
-def figure1(study, out_dir: Path) -> list[Path]:
+def _wrapped(label: str) -> str:
+    return textwrap.fill(label, 34)
+
+
+def figure1(study, out_dir: Path, labels: dict[str, str] | None = None) -> list[Path]:
     """Six panels: mean score over training per group, +-1 std shaded, same axes."""
     plt = _plt()
     fig, axes = plt.subplots(2, 3, figsize=(12, 6.5), sharex=True, sharey=True)
     for ax, group in zip(axes.flat, GROUP_NAMES, strict=True):
         runs = [r for r in study.get(group, []) if r.steps]
-        ax.set_title(group)
+        ax.set_title(_wrapped((labels or {}).get(group, group)), fontsize="medium")
         if not runs:
             ax.text(0.5, 0.5, "no runs" if group in study else "left out of this study\n"
                     "(study.left_out)", ha="center", transform=ax.transAxes)
@@ -87,7 +92,8 @@ def start_state_figures(study, out_dir: Path) -> list[Path]:
     return paths + _save(fig, out_dir / "figure4_start_states")
 
 
-def divergence_figure(divergence: dict[str, dict], total_steps: int, out_dir: Path) -> list[Path]:
+def divergence_figure(divergence: dict[str, dict], total_steps: int, out_dir: Path,
+                      labels: dict[str, str] | None = None) -> list[Path]:
     """Per group, when its runs part: in weights, loss chain and evaluation (a hollow
     marker at the end of training: never)."""
     plt = _plt()
@@ -102,7 +108,7 @@ def divergence_figure(divergence: dict[str, dict], total_steps: int, out_dir: Pa
             ax.scatter([total_steps if step is None else step], [row + offset], marker=marker,
                        color=colour, facecolors="none" if step is None else colour, zorder=3)
         ax.scatter([], [], marker=marker, color=colour, label=name)  # a solid legend entry
-    ax.set_yticks(range(len(groups)), groups)
+    ax.set_yticks(range(len(groups)), [_wrapped((labels or {}).get(g, g)) for g in groups])
     ax.invert_yaxis()
     ax.set_xlim(-0.03 * total_steps, 1.05 * total_steps)
     ax.axvline(total_steps, color="grey", linewidth=0.8, linestyle=":")

@@ -45,9 +45,10 @@ def _cell(value: float | None) -> str:
     return "inf" if value == math.inf else f"{value:.2f}"
 
 
-def table1_markdown(table) -> str:
+def table1_markdown(table, labels: dict[str, str] | None = None) -> str:
     groups = list(GROUP_NAMES)
-    lines = ["| metric | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
+    header = [(labels or {}).get(g, g) for g in groups]
+    lines = ["| metric | " + " | ".join(header) + " |", "|---|" + "---|" * len(groups)]
     for metric, label in METRICS.items():
         cells = [f"{_cell(table[metric].get(g))} ({_cell(PAPER_TABLE1[metric][g])})"
                  for g in groups]
@@ -109,11 +110,13 @@ def write_report(study, out_dir: Path, scale_note: str = "", audit: dict | None 
     parting = group_divergence(study)
     total = max((h[-1]["step"] for runs in study.values() for r in runs
                  if (h := r.hashes)), default=0)
-    figures = (figure1(study, out_dir) + start_state_figures(study, out_dir)
-               + divergence_figure(parting, total, out_dir) + probe_figure(study, out_dir))
+    labels = device["group_labels"]
+    figures = (figure1(study, out_dir, labels) + start_state_figures(study, out_dir)
+               + divergence_figure(parting, total, out_dir, labels)
+               + probe_figure(study, out_dir))
 
     write_text(out_dir / "table1.csv", table1_csv(table))
-    write_text(out_dir / "table1.md", table1_markdown(table) + "\n")
+    write_text(out_dir / "table1.md", table1_markdown(table, labels) + "\n")
     write_text(out_dir / "learning_curves.csv", learning_curves_csv(study))
     write_text(out_dir / "learning_curves_runs.csv", learning_curves_runs_csv(study))
     write_json(out_dir / "variance_tests.json", tests)
@@ -168,15 +171,22 @@ def divergence_lines(parting: dict[str, dict], device: dict) -> list[str]:
              "its run 0: weights (per checkpoint), loss chain (per process.jsonl record, "
              "with the updates it covers) and evaluation results (per checkpoint).", "",
              "| group | runs | weights | loss chain | evaluation |", "|---|---|---|---|---|"]
+    labels = device.get("group_labels", {})
     for group in GROUP_NAMES:
         if group in parting:
             d = parting[group]
-            lines.append(f"| {group} | {d['runs']} | {cell(d['weights'])} | "
+            lines.append(f"| {labels.get(group, group)} | {d['runs']} | {cell(d['weights'])} | "
                          f"{cell(d['losses'])} | {cell(d['evaluation'])} |")
-    if "gpu" in parting and not device["on_gpu"]:
+    if "gpu" in parting and device.get("gpu_emulated_on_cpu"):
+        lines += ["", "On a CPU the gpu group's runs part through the order of their sums "
+                  "alone: each update takes its minibatch's rows in an order drawn from OS "
+                  "entropy, the mechanism of nondeterministic GPU kernels (atomic adds), "
+                  "with the same seeds and the same mathematics."]
+    elif "gpu" in parting and not device["on_gpu"]:
         lines += ["", "The gpu group cannot part on a CPU: it only allows nondeterministic "
                   "GPU kernels, and CPU kernels are deterministic at a fixed thread count "
-                  "and instruction-set floor."]
+                  "and instruction-set floor (compute.cpu_reduction_order: random would "
+                  "emulate them)."]
     return [*lines, "", "![Where each group's runs part](figure_divergence.png)", ""]
 
 
@@ -192,7 +202,7 @@ def report_markdown(study, table, tests, replicability, device, scale_note: str,
               "## Table 1", "",
               "Ours, with the paper's value in parentheses. Best: each run's highest "
               "checkpoint score; final: its last. Population standard deviations.", "",
-              table1_markdown(table), "",
+              table1_markdown(table, device.get("group_labels")), "",
               *design_lines, *start_states_lines(study), "",
               "![Figure 1: mean evaluation score per group](figure1.png)", "",
               *divergence_lines(parting or {}, device), *probe_lines,

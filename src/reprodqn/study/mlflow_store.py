@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from reprodqn.config.study import group_label
 from reprodqn.config.variants import algorithm_name
 from reprodqn.core import workspace
 
@@ -199,7 +200,10 @@ class RunTracker:
                     self.client.set_tag(self.run_id, key, value)
             return
         seeds = config.seeds.model_dump()
+        device = (conditions or {}).get("device", "cpu").split(":")[0]
         tags = {**identity, **parent, "mlflow.runName": f"{config.group}/{config.run}",
+                f"{TAG}group_label": group_label(config.group, device,
+                                                 config.compute.cpu_reduction_order),
                 f"{TAG}algorithm": algorithm_name(config),
                 f"{TAG}seeds": json.dumps(seeds, sort_keys=True),
                 f"{TAG}device": (conditions or {}).get("device_name", "unknown"),

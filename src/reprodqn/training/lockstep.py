@@ -61,7 +61,8 @@ class LockstepRun(RunState):
         self.agent = make_agent(
             config.agent, n_actions=self.n_actions, history_length=h, screen_size=size,
             device=device, init_generator=torch_generator(seeds["init"]),
-            learning_starts=config.replay.learning_starts, reward_clip=env_cfg.reward_clip)
+            learning_starts=config.replay.learning_starts, reward_clip=env_cfg.reward_clip,
+            reduction_order=config.compute.cpu_reduction_order)
         self.start_counters()
         self.episode_steps = [0] * n
         self.game_scores = [0] * n

@@ -85,7 +85,8 @@ class Run(RunState):
             screen_size=env_cfg.screen_size, device=device,
             init_generator=torch_generator(seeds["init"]),
             learning_starts=config.replay.learning_starts, reward_clip=env_cfg.reward_clip,
-            priority_config=config.priority if config.replay.prioritized else None)
+            priority_config=config.priority if config.replay.prioritized else None,
+            reduction_order=config.compute.cpu_reduction_order)
         self.n_actions = self.env.n_actions
         self.start_counters()
         self.episode_step = 0  # the authors' time_since_term: steps since the episode began
