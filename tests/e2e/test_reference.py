@@ -24,6 +24,12 @@ SPOT_CHECKS = {
     "smoke": 3000,    # the run's end: updates from step 1000, a checkpoint every 1000
     "laptop": 60000,  # the first checkpoint after learning starts (50K): 5,000 updates, ~3 min
 }
+# references that today's code is known not to reproduce, until their make target remakes
+# them: their spot check and preset check must fail (strict), so this entry goes with them
+REMAKING = {
+    "laptop": "made before every CPU layer ran in oneDNN and before the gpu group joined "
+              "the laptop study (reference/laptop/README.md); make laptop-reference remakes it",
+}
 # what its make target (smoke-workspace, laptop-workspace) applies over params.yaml
 OVERLAYS = {
     "smoke": ["--overlay", "presets/smoke.yaml"],
@@ -38,6 +44,12 @@ def reference(request) -> tuple[Path, int]:
     return path, SPOT_CHECKS[request.param]
 
 
+def expect_stale(request, reference: tuple[Path, int]) -> None:
+    name = reference[0].name
+    if name in REMAKING:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=REMAKING[name]))
+
+
 def verify(reference: Path, until: int, scratch: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "reprodqn.cli", "verify", "--reference", str(reference),
@@ -45,9 +57,10 @@ def verify(reference: Path, until: int, scratch: Path) -> subprocess.CompletedPr
         capture_output=True, text=True, env=cli_env(), cwd=scratch.parent)
 
 
-def test_the_reference_was_made_with_todays_presets(reference, tmp_path):
+def test_the_reference_was_made_with_todays_presets(reference, tmp_path, request):
     """A preset or default edited without `make NAME-reference` leaves a reference that no
     `make NAME` can match: say so here, not after a night of training."""
+    expect_stale(request, reference)
     path, _ = reference
     fresh = tmp_path / "params.yaml"
     subprocess.run([sys.executable, "-m", "reprodqn.cli", "params", "--params", "params.yaml",
@@ -57,7 +70,8 @@ def test_the_reference_was_made_with_todays_presets(reference, tmp_path):
         f"{path}/params.yaml differs from today's presets: make {path.name}-reference")
 
 
-def test_the_committed_reference_replicates_here(reference, tmp_path):
+def test_the_committed_reference_replicates_here(reference, tmp_path, request):
+    expect_stale(request, reference)
     path, until = reference
     result = verify(path, until, tmp_path / "rerun")
     assert result.returncode == 0, result.stdout + result.stderr
