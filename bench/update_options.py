@@ -31,6 +31,7 @@ from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from reprodqn.determinism import numerics
+from reprodqn.dqn import network
 from reprodqn.dqn.network import QNetwork
 
 
@@ -101,13 +102,28 @@ def channels_last(agent):
 
 @contextlib.contextmanager
 def without_onednn(agent):
-    """torch's own (im2col + GEMM) convolutions instead of oneDNN's."""
+    """torch's own layers (im2col + GEMM convolutions, MKL linear layers) instead of the
+    oneDNN kernels dqn.network routes every layer to."""
     previous = torch.backends.mkldnn.enabled
+    routed = network.OneDnnConv2d.forward, network.OneDnnLinear.forward
     torch.backends.mkldnn.enabled = False
+    network.OneDnnConv2d.forward = torch.nn.Conv2d.forward
+    network.OneDnnLinear.forward = torch.nn.Linear.forward
     try:
         yield
     finally:
         torch.backends.mkldnn.enabled = previous
+        network.OneDnnConv2d.forward, network.OneDnnLinear.forward = routed
+
+
+@contextlib.contextmanager
+def random_reduction_order(agent):
+    """compute.cpu_reduction_order=random, the gpu group's on a CPU (other bits by design)."""
+    agent.shuffle_rows = True
+    try:
+        yield
+    finally:
+        agent.shuffle_rows = False
 
 
 @contextlib.contextmanager
@@ -143,7 +159,8 @@ OPTIONS = {
     "(reverted) input scaled out of place": out_of_place_scaling,
     "target forward under inference_mode": target_inference_mode,
     "channels-last (NHWC) networks and inputs": channels_last,
-    "convolutions without oneDNN": without_onednn,
+    "layers without oneDNN (torch's dispatch)": without_onednn,
+    "random reduction order (the gpu group)": random_reduction_order,
     "foreach (multi-tensor) RMSprop": foreach_rmsprop,
 }
 
@@ -196,8 +213,9 @@ def main() -> None:
     for batch in batches[:3]:  # optimizer state exists, kernels warmed
         agent.update(batch)
 
-    with FlopCounterMode(display=False) as counter:
-        agent.update(batches[0])
+    # counted on torch's own ops (FlopCounterMode knows no oneDNN op): the same products
+    with FlopCounterMode(display=False) as counter, without_onednn(agent):
+        copy.deepcopy(agent).update(batches[0])
     flops = counter.get_total_flops()
     clock: dict[str, float] = {}
     for _ in range(args.rounds):
