@@ -172,6 +172,7 @@ lock: $(STAMP)
 	$(BIN)/python -m pip install --quiet 'uv>=0.5'
 	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28 --no-header --quiet -o requirements.lock
+	$(BIN)/python -m tools.lock_wheels  # installs on every base's Python (3.11, 3.12)
 
 # The image: TORCH=cuda (default) installs the locked CUDA torch; TORCH=cpu the local
 # torch 2.13.0 CPU wheel from TORCH_WHEELS. BASE overrides the base image (CI: a Debian

@@ -30,6 +30,8 @@ from reprodqn.config.params import load_params, resolve_run
 from reprodqn.determinism import numerics
 from reprodqn.training.loop import Run
 
+PHASES = {"start of learning": [], "after annealing": ["agent.epsilon_decay_steps=1"]}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -37,10 +39,12 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=500, help="agent steps per round")
     parser.add_argument("--threads", type=int, default=None, help="default: params value")
     parser.add_argument("--warmup", type=int, default=5000, help="steps before learning")
+    parser.add_argument("--phase", choices=sorted(PHASES), default=None,
+                        help="one phase only (default: both)")
     args = parser.parse_args()
-    for phase, schedule in [("start of learning", []),
-                            ("after annealing", ["agent.epsilon_decay_steps=1"])]:
-        measure(phase, schedule, args)
+    for phase, schedule in PHASES.items():
+        if args.phase in (None, phase):
+            measure(phase, schedule, args)
 
 
 def measure(phase: str, schedule: list[str], args) -> None:
