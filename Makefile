@@ -37,6 +37,7 @@ export PYTHONHASHSEED := 0
 
 .PHONY: venv repro select smoke smoke-workspace smoke-reference laptop laptop-workspace laptop-verify \
         laptop-reference test test-slow test-slurm bench lint docs-tables docs docs-serve dvc-deps ui lock docker-build docker-run \
+        gpu-check \
         bundle clean
 
 venv: $(STAMP)
@@ -191,6 +192,13 @@ docker-build:
 # dvc repro inside the image: all GPUs, the workspace mounted (results, DVC state and the
 # MLflow store stay on the host), as the host user. Without a GPU it runs on the CPU.
 # WORKSPACE picks the directory (default: this one; build/smoke after make smoke-workspace).
+# On a machine with an NVIDIA GPU, first: two deterministic runs give one chain, the gpu
+# group's two runs part (and where), the audit on CUDA, throughput with 1, 2 and 4 runs
+# sharing the GPU, and a report naming GPU, driver, CUDA and cuDNN (build/gpu-check/).
+# Without a GPU it says so in one line and fails. Inside the image: reprodqn gpu-check.
+gpu-check: $(STAMP)
+	reprodqn gpu-check --params params.yaml --out build/gpu-check
+
 docker-run:
 	$(if $(wildcard $(WORKSPACE)/.),,$(error docker-run: no workspace directory $(WORKSPACE)))
 	@digest=$$($(ENGINE) image inspect --format '{{.Id}}' $(IMAGE) 2>/dev/null) \

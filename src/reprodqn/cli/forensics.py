@@ -96,8 +96,16 @@ def cmd_verify(args) -> int:
     return 0 if result["identical"] else 1
 
 
+def cmd_gpu_check(args) -> int:
+    from reprodqn.forensics import gpu_check
+
+    _load(args)  # the CPU floor, before torch loads
+    return gpu_check.main(args.params, args.overrides, args.device, args.steps, args.sharing,
+                          args.out)
+
+
 def add_commands(sub) -> None:
-    """verify, resume-point, trace, trace-diff and audit."""
+    """verify, resume-point, trace, trace-diff, audit and gpu-check."""
     p = _stage(sub, "verify", "compare this workspace's runs with another copy", cmd_verify)
     p.add_argument("--reference", type=Path, required=True,
                    help="another workspace or an unpacked bundle")
@@ -133,6 +141,15 @@ def add_commands(sub) -> None:
     p.add_argument("--group", default="deterministic")
     p.add_argument("--run", type=int, default=0)
     p.add_argument("--out", type=Path, default=workspace.RESULTS / workspace.AUDIT)
+    p = _stage(sub, "gpu-check", "on a GPU, first: two deterministic runs give one chain, the "
+               "gpu group's part, the audit, throughput with 1, 2, 4 runs sharing it",
+               cmd_gpu_check)
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cpu rehearses the checks on the CPU (default cuda)")
+    p.add_argument("--steps", type=int, default=3000, help="agent steps per run")
+    p.add_argument("--sharing", type=int, nargs="+", default=[1, 2, 4], metavar="K",
+                   help="runs at once for the throughput table")
+    p.add_argument("--out", type=Path, default=Path("build/gpu-check"))
     p = sub.add_parser("trace-diff", help="the first update and op where two traces differ")
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)

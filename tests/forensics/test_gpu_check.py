@@ -1,0 +1,44 @@
+"""`reprodqn gpu-check`: one line and exit 3 without a GPU; rehearsed on the CPU, the same
+checks as on a GPU (the gpu group then emulates its kernels)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.helpers import PARAMS, ROOT, cli_env
+
+
+def gpu_check(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reprodqn.cli", "gpu-check", "--params",
+                           str(PARAMS), *args], capture_output=True, text=True, env=cli_env(),
+                          cwd=cwd)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_without_a_gpu_it_says_so_in_one_line_and_exits_non_zero(tmp_path):
+    result = gpu_check("--out", str(tmp_path / "out"), cwd=ROOT)
+    assert result.returncode == 3
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no CUDA device visible to torch" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
+    out = tmp_path / "out"
+    result = gpu_check("--device", "cpu", "--steps", "900", "--sharing", "1", "2",
+                       "--set", "agent.network=nips", "--set", "agent.batch_size=8",
+                       "--out", str(out), cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads((out / "gpu-check.json").read_text())
+    assert found["replicable"] and found["deterministic"] == {"weights": None, "losses": None}
+    # updates start at step 300: the gpu group's chains part at the first checkpoint after
+    assert found["gpu_group"] == {"weights": 600, "losses": 600}
+    assert set(found["throughput_steps_per_second"]) == {"1", "2"}
+    assert "nondeterminism by design: none" in found["audit"]
+    report = (out / "gpu-check.md").read_text()
+    assert "**one hash chain**" in report and "they part: weights at checkpoint step 600" in report
