@@ -81,7 +81,7 @@ def check(params: Path, overrides: list[str], device: str, steps: int, sharing: 
                          for run in (0, 1)]
     study = load_params(params, settings)
     audited = audit.audit(resolve_run(study, "deterministic", 0),
-                          study.evaluation.inference_chunk, out / "audit.json",
+                          study.evaluation.inference_chunk, out / workspace.AUDIT,
                           out / "audit-scratch")
     throughput = {}
     for k in sharing:
