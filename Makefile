@@ -189,9 +189,6 @@ docker-build:
 	  --build-arg TORCH_WHEEL=$(TORCH_WHEEL) \
 	  --build-arg TORCH_WHEEL_SHA256=$$(sha256sum "$(TORCH_WHEELS)/$(TORCH_WHEEL)" | cut -d' ' -f1)) .
 
-# dvc repro inside the image: all GPUs, the workspace mounted (results, DVC state and the
-# MLflow store stay on the host), as the host user. Without a GPU it runs on the CPU.
-# WORKSPACE picks the directory (default: this one; build/smoke after make smoke-workspace).
 # On a machine with an NVIDIA GPU, first: two deterministic runs give one chain, the gpu
 # group's two runs part (and where), the audit on CUDA, throughput with 1, 2 and 4 runs
 # sharing the GPU, and a report naming GPU, driver, CUDA and cuDNN (build/gpu-check/).
@@ -199,6 +196,9 @@ docker-build:
 gpu-check: $(STAMP)
 	reprodqn gpu-check --params params.yaml --out build/gpu-check
 
+# dvc repro inside the image: all GPUs, the workspace mounted (results, DVC state and the
+# MLflow store stay on the host), as the host user. Without a GPU it runs on the CPU.
+# WORKSPACE picks the directory (default: this one; build/smoke after make smoke-workspace).
 docker-run:
 	$(if $(wildcard $(WORKSPACE)/.),,$(error docker-run: no workspace directory $(WORKSPACE)))
 	@digest=$$($(ENGINE) image inspect --format '{{.Id}}' $(IMAGE) 2>/dev/null) \
