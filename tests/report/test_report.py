@@ -203,6 +203,24 @@ def test_verify_reports_identical_or_the_first_divergence_and_condition_changes(
     assert result["cpu_isa"]["ours"] == "native (this machine's widest: avx2, torch used AVX2)"
 
 
+def test_verify_leaves_out_runs_that_differ_by_design(tmp_path):
+    """The gpu group on a CPU draws its reduction order from OS entropy: its chains differ
+    from any other training of it, which verify says instead of calling it a divergence."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    make_workspace(ours, {("deterministic", 0): ("a", 1), ("gpu", 0): ("a", 1)})
+    make_workspace(theirs, {("deterministic", 0): ("a", 1), ("gpu", 0): ("b", 1)})
+    study = StudyConfig(runs_per_group=1, groups={"deterministic": GroupConfig(),
+                                                   "gpu": GroupConfig()})
+    assert verify.verify(ours, theirs, study)["first_divergence"]["group"] == "gpu"
+    for root in (ours, theirs):
+        (root / "runs" / "gpu" / "0" / "conditions.json").write_text(json.dumps(
+            {"device": "cpu", "numerics": {"cpu_reduction_order": "random"}}))
+    result = verify.verify(ours, theirs, study)
+    assert result["identical"] and result["runs_compared"] == 1
+    assert result["differ_by_design"] == ["gpu/0"]
+    assert "not compared: gpu/0, which differ by design" in verify.summary(result)
+
+
 def test_verify_names_a_workspace_with_nothing_to_check_and_a_run_not_trained_here(tmp_path):
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     make_workspace(theirs, {("deterministic", 0): ("a", 1), ("deterministic", 1): ("a", 1)})
