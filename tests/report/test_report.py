@@ -218,7 +218,9 @@ def test_verify_leaves_out_runs_that_differ_by_design(tmp_path):
     result = verify.verify(ours, theirs, study)
     assert result["identical"] and result["runs_compared"] == 1
     assert result["differ_by_design"] == ["gpu/0"]
-    assert "not compared: gpu/0, which differ by design" in verify.summary(result)
+    assert "different by design, not counted: gpu/0" in verify.summary(result)
+    same = verify.verify(ours, ours, study)  # the same chains: compared like any other run
+    assert same["runs_compared"] == 2 and same["differ_by_design"] == []
 
 
 def test_verify_names_a_workspace_with_nothing_to_check_and_a_run_not_trained_here(tmp_path):

@@ -44,21 +44,21 @@ def verify(ours: Path, reference: Path, study) -> dict:
     theirs = load_study(reference, study)
     first = None
     compared = 0
-    unchecked = []  # runs whose chains differ by design: not a replication failure
+    by_design = []  # runs whose chains differ, as designed: not a replication failure
     for group in mine:
         for a, b in zip(mine[group], theirs[group], strict=True):
             if not a.hashes and not b.hashes:
                 continue
-            if differs_by_design(a) or differs_by_design(b):
-                unchecked.append(f"{group}/{a.run}")
-                continue
-            compared += 1
             if not a.hashes:  # a study still running here: say so, not "differs at step 0"
                 chain, step = NOT_TRAINED, 0
             else:
                 steps = divergence(b, a)
                 chain = next((name for name, step in steps.items() if step is not None), None)
                 step = steps.get(chain)
+                if chain is not None and (differs_by_design(a) or differs_by_design(b)):
+                    by_design.append(f"{group}/{a.run}")
+                    continue
+            compared += 1
             if chain is not None and first is None:
                 first = {"group": group, "run": a.run, "step": step, "chain": chain}
     if compared == 0:
@@ -69,7 +69,7 @@ def verify(ours: Path, reference: Path, study) -> dict:
         path = workspace.conditions_path(root)
         conditions[side] = read_json(path, "conditions record") if path.exists() else None
     return {"identical": first is None, "runs_compared": compared,
-            "first_divergence": first, "differ_by_design": unchecked,
+            "first_divergence": first, "differ_by_design": by_design,
             **conditions_differing(conditions["ours"], conditions["reference"])}
 
 
@@ -108,9 +108,9 @@ def summary(result: dict) -> str:
                  f"CPU instruction set: ours {result['cpu_isa']['ours']}; reference "
                  f"{result['cpu_isa']['reference']}"]
     if result.get("differ_by_design"):
-        lines.append(f"not compared: {', '.join(result['differ_by_design'])}, which differ "
-                     "by design (compute.cpu_reduction_order: random, the gpu group's "
-                     "emulation of nondeterministic GPU kernels)")
+        lines.append(f"different by design, not counted: {', '.join(result['differ_by_design'])}"
+                     " (compute.cpu_reduction_order: random, the gpu group's emulation of "
+                     "nondeterministic GPU kernels)")
     if result["numeric_conditions_differing"]:
         lines.append("conditions that change numbers and differ: "
                      + ", ".join(result["numeric_conditions_differing"]))
@@ -164,9 +164,9 @@ def spot_check_summary(result: dict) -> str:
                  "next: `reprodqn trace` on both machines from a resume point before that "
                  "step, then `reprodqn trace-diff`, names the first differing op"]
     if result.get("differ_by_design"):
-        lines.append(f"not compared: {', '.join(result['differ_by_design'])}, which differ "
-                     "by design (compute.cpu_reduction_order: random, the gpu group's "
-                     "emulation of nondeterministic GPU kernels)")
+        lines.append(f"different by design, not counted: {', '.join(result['differ_by_design'])}"
+                     " (compute.cpu_reduction_order: random, the gpu group's emulation of "
+                     "nondeterministic GPU kernels)")
     if result["numeric_conditions_differing"]:
         lines.append("conditions that change numbers and differ: "
                      + ", ".join(result["numeric_conditions_differing"]))
