@@ -25,6 +25,7 @@ ending one by one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -48,14 +49,20 @@ CONFIGS = {
 }
 
 
-def torch_dispatch() -> None:
+@contextlib.contextmanager
+def torch_dispatch():
     """The network's layers back on torch's own dispatch (the routing the study replaces)."""
     from torch import nn
 
     from reprodqn.dqn import network
 
-    network.OneDnnLinear.forward = nn.Linear.forward
+    routed = network.OneDnnConv2d.forward, network.OneDnnLinear.forward
     network.OneDnnConv2d.forward = nn.Conv2d.forward
+    network.OneDnnLinear.forward = nn.Linear.forward
+    try:
+        yield
+    finally:
+        network.OneDnnConv2d.forward, network.OneDnnLinear.forward = routed
 
 
 def worker(floor: str, threads: int, deterministic: bool, onednn: bool,
@@ -64,11 +71,14 @@ def worker(floor: str, threads: int, deterministic: bool, onednn: bool,
     from reprodqn.determinism import isa
 
     isa.apply(floor)
+    with contextlib.nullcontext() if onednn else torch_dispatch():
+        timed(threads, deterministic, seconds)
+
+
+def timed(threads: int, deterministic: bool, seconds: float) -> None:
+    """The timing itself: an update and update_every greedy actions per cycle."""
     import numpy as np
     import torch
-
-    if not onednn:
-        torch_dispatch()
 
     from reprodqn.config.params import load_params
     from reprodqn.determinism import numerics

@@ -27,11 +27,11 @@ import common
 import numpy as np
 import torch
 from batches import random_batches
+from determinism_overhead import torch_dispatch
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from reprodqn.determinism import numerics
-from reprodqn.dqn import network
 from reprodqn.dqn.network import QNetwork
 
 
@@ -105,15 +105,12 @@ def without_onednn(agent):
     """torch's own layers (im2col + GEMM convolutions, MKL linear layers) instead of the
     oneDNN kernels dqn.network routes every layer to."""
     previous = torch.backends.mkldnn.enabled
-    routed = network.OneDnnConv2d.forward, network.OneDnnLinear.forward
     torch.backends.mkldnn.enabled = False
-    network.OneDnnConv2d.forward = torch.nn.Conv2d.forward
-    network.OneDnnLinear.forward = torch.nn.Linear.forward
     try:
-        yield
+        with torch_dispatch():
+            yield
     finally:
         torch.backends.mkldnn.enabled = previous
-        network.OneDnnConv2d.forward, network.OneDnnLinear.forward = routed
 
 
 @contextlib.contextmanager

@@ -53,9 +53,10 @@ def launch(runs: list[tuple[str, int]], params: Path, overrides: list[str], runs
 
 def first_parting(a: list[dict], b: list[dict]) -> dict:
     """The first checkpoint step at which two chains' weights, and their loss chains, differ."""
-    def first(key):
-        return next((x["step"] for x, y in zip(a, b, strict=True) if x[key] != y[key]), None)
-    return {"weights": first("weights_sha256"), "losses": first("loss_chain_sha256")}
+    from reprodqn.report.analysis import CHAINS, RunResult, first_divergence
+
+    first, second = RunResult("", 0, a), RunResult("", 1, b)
+    return {name: first_divergence(first, second, key) for name, key in CHAINS.items()}
 
 
 def check(params: Path, overrides: list[str], device: str, steps: int, sharing: list[int],

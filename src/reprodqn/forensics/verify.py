@@ -8,7 +8,7 @@ from pathlib import Path
 from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
 from reprodqn.core.errors import InputError
-from reprodqn.report.analysis import divergence, isa_setting
+from reprodqn.report.analysis import differs_by_design, divergence, isa_setting
 from reprodqn.report.study_records import load_study
 
 
@@ -71,14 +71,6 @@ def verify(ours: Path, reference: Path, study) -> dict:
     return {"identical": first is None, "runs_compared": compared,
             "first_divergence": first, "differ_by_design": by_design,
             **conditions_differing(conditions["ours"], conditions["reference"])}
-
-
-def differs_by_design(run) -> bool:
-    """A run trained on a CPU with its reduction order drawn from OS entropy (the gpu group's
-    emulation of nondeterministic GPU kernels): no two trainings give its chain."""
-    conditions = run.conditions or {}
-    return (conditions.get("device") == "cpu"
-            and conditions.get("numerics", {}).get("cpu_reduction_order") == "random")
 
 
 def conditions_differing(ours: dict | None, theirs: dict | None) -> dict:

@@ -138,6 +138,14 @@ def f_threshold(runs: int) -> float:
 CHAINS = workspace.CHAINS  # the chains two runs are compared on
 
 
+def differs_by_design(run: RunResult) -> bool:
+    """A run trained on a CPU with its reduction order drawn from OS entropy (the gpu group's
+    emulation of nondeterministic GPU kernels): no two trainings give its chain."""
+    conditions = run.conditions or {}
+    return (conditions.get("device") == "cpu"
+            and conditions.get("numerics", {}).get("cpu_reduction_order") == "random")
+
+
 def first_divergence(reference: RunResult, other: RunResult, key: str) -> int | None:
     """The first checkpoint step at which `key` differs, or None if identical."""
     for a, b in itertools.zip_longest(reference.hashes, other.hashes):
@@ -221,9 +229,7 @@ def device_statement(study: dict[str, list[RunResult]]) -> dict:
     det_runs = [r for r in study.get("deterministic", []) if r.hashes]
     same = bool(gpu_runs and det_runs) and all(
         r.hashes == det_runs[0].hashes for r in gpu_runs)
-    emulated = bool(gpu_runs) and all(
-        r.conditions and r.conditions.get("device") == "cpu"
-        and r.conditions["numerics"].get("cpu_reduction_order") == "random" for r in gpu_runs)
+    emulated = bool(gpu_runs) and all(differs_by_design(r) for r in gpu_runs)
     labels = {g: group_label(g, "cpu" if emulated else "cuda", "random") for g in GROUP_NAMES}
     if on_gpu:
         text = (f"The study ran on {', '.join(names)}. The gpu group allowed nondeterministic "
