@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reprodqn.config.study import GROUP_NAMES, group_label
+from reprodqn.config.study import GPU_ON_CPU, GROUP_NAMES
 from reprodqn.core import workspace
 
 # Table 1 of the paper (Breakout, 5 agents per group, 20M steps)
@@ -230,7 +230,7 @@ def device_statement(study: dict[str, list[RunResult]]) -> dict:
     same = bool(gpu_runs and det_runs) and all(
         r.hashes == det_runs[0].hashes for r in gpu_runs)
     emulated = bool(gpu_runs) and all(differs_by_design(r) for r in gpu_runs)
-    labels = {g: group_label(g, "cpu" if emulated else "cuda", "random") for g in GROUP_NAMES}
+    labels = {g: GPU_ON_CPU if emulated and g == "gpu" else g for g in GROUP_NAMES}
     if on_gpu:
         text = (f"The study ran on {', '.join(names)}. The gpu group allowed nondeterministic "
                 "GPU operations.")
