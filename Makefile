@@ -154,6 +154,8 @@ docs-serve: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench experiments tools
+	$(BIN)/ruff format --check src tests bench experiments tools
+	$(BIN)/python -m mypy
 	$(BIN)/hadolint --no-color Dockerfile
 
 # The MLflow UI over this workspace's store, on this machine only. MLflow 3.17 opens an

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal, get_args, get_origin
+from typing import Literal, cast, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -61,7 +61,7 @@ def _sections() -> list[str]:
 
 def _knobs(params: Params, section: str, comments: dict[str, str]):
     """(key, type, default, value in force, description, source) of a section's knobs."""
-    model = Params.model_fields[section].annotation
+    model = cast(type[BaseModel], Params.model_fields[section].annotation)
     current = getattr(params, section)
     for key, field in model.model_fields.items():
         value = ", ".join(current.groups) if key == "groups" else getattr(current, key)

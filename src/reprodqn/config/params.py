@@ -8,7 +8,7 @@ agent steps (one action, = `frame_skip` emulator frames) unless a name says fram
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
@@ -169,7 +169,7 @@ class SeedsConfig(Frozen):
     minibatch: Seed = Field(123, description="Replay sampling stream.")
     sticky: Seed = Field(123, description="Sticky-action stream (used only when sticky_p > 0).")
     noop: Seed = Field(123, description="No-op start stream.")
-    generator: Literal[*rng.FAMILIES] = Field(
+    generator: rng.Family = Field(
         "authors", description="authors: numpy RandomState (MT19937) per stream with the "
         "authors' draw calls; pcg64: numpy's PCG64 Generator."
     )
@@ -283,10 +283,9 @@ class RunConfig(Frozen):
 
     def _digest(self, compute: bool) -> str:
         """The variant knobs and the CPU reduction order at their defaults (the authors' DQN,
-        a fixed order), and the priority section
-        unless replay is prioritized, are left out: they change nothing then, and runs
-        trained before they existed keep their digests."""
-        exclude = {"group": True, "run": True, "train": {"resume_every"}}
+        a fixed order), and the priority section unless replay is prioritized, are left out:
+        they change nothing then, and runs trained before they existed keep their digests."""
+        exclude: dict[str, Any] = {"group": True, "run": True, "train": {"resume_every"}}
         body = self.model_dump(mode="json", exclude=exclude if compute else
                                {**exclude, "compute": True})
         for section, knobs in DIGEST_OPTIONAL.items():

@@ -4,8 +4,6 @@ are left out."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, model_validator
 
 from reprodqn.config.types import Frozen, PositiveInt, Seed
@@ -26,7 +24,7 @@ def group_label(group: str, device_type: str, reduction_order: str) -> str:
 class GroupConfig(Frozen):
     """One group of the study: the seed it varies and the settings it changes."""
 
-    vary: Literal[*rng.RUN_STREAMS] | None = Field(
+    vary: rng.RunStream | None = Field(
         None, description="The seed that differs between this group's runs, if any."
     )
     seeds: list[Seed] = Field(default_factory=list, description="Run r uses seeds[r].")

@@ -76,13 +76,14 @@ def configure(device_request: str, threads: int,
     # guard against kernels that read memory they never wrote, which changes no result here
     # (golden chain). Off, as Megatron-LM (~15% on GPUs) and Ultralytics now run it; on this
     # CPU it costs 0.2% quiet, 3% shared (bench/update_options.py). torch 0.3 had no fill.
-    torch.utils.deterministic.fill_uninitialized_memory = False
+    # (the ignores: torch sets these module properties at run time; its stubs lack them)
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
     torch.backends.cudnn.deterministic = deterministic_gpu
     torch.backends.cudnn.benchmark = False
-    torch.backends.fp32_precision = "ieee"
+    torch.backends.fp32_precision = "ieee"  # type: ignore[attr-defined]
     torch.backends.cuda.matmul.fp32_precision = "ieee"
-    torch.backends.cudnn.conv.fp32_precision = "ieee"
-    torch.backends.cudnn.rnn.fp32_precision = "ieee"
+    torch.backends.cudnn.conv.fp32_precision = "ieee"  # type: ignore[attr-defined]
+    torch.backends.cudnn.rnn.fp32_precision = "ieee"  # type: ignore[attr-defined]
     torch.backends.mkldnn.fp32_precision = "ieee"
 
     applied = {
@@ -92,12 +93,12 @@ def configure(device_request: str, threads: int,
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        "fill_uninitialized_memory": torch.utils.deterministic.fill_uninitialized_memory,
+        "fill_uninitialized_memory": torch.utils.deterministic.fill_uninitialized_memory,  # type: ignore[attr-defined]
         "cudnn_deterministic": torch.backends.cudnn.deterministic,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "fp32_precision": {
             "cuda_matmul": torch.backends.cuda.matmul.fp32_precision,
-            "cudnn_conv": torch.backends.cudnn.conv.fp32_precision,
+            "cudnn_conv": torch.backends.cudnn.conv.fp32_precision,  # type: ignore[attr-defined]
             "mkldnn": torch.backends.mkldnn.fp32_precision,
         },
         "environment": {name: os.environ.get(name) for name in isa.NUMERICS_ENV},

@@ -11,23 +11,37 @@ This module is the one owner of the stream names and of how a stream is made.
 
 from __future__ import annotations
 
+from typing import Literal, Protocol, get_args
+
 import numpy as np
 
-# the numpy streams of a training run; `init` seeds the torch generator of the weights
-TRAINING_STREAMS = ("exploration", "minibatch", "sticky", "noop")
+# the seeds a run has (params: seeds.*); `init` seeds the torch generator of the weights
+RunStream = Literal["init", "exploration", "minibatch", "sticky", "noop"]
+Family = Literal["authors", "pcg64"]  # params: seeds.generator
+
+RUN_STREAMS: tuple[str, ...] = get_args(RunStream)
+TRAINING_STREAMS = RUN_STREAMS[1:]  # the numpy streams of a training run
 ACTOR_STREAMS = ("exploration", "sticky", "noop")  # one each per lockstep actor
 GAME_STREAMS = ("sticky", "noop")  # drawn inside a game (its emulator and episode starts)
-RUN_STREAMS = ("init", *TRAINING_STREAMS)  # the seeds a run has (params: seeds.*)
 STUDY_STREAMS = ("candidates", "selection")  # start-state generation (params: start_states)
 STREAM_NAMES = (*RUN_STREAMS, *STUDY_STREAMS)
 GENERATOR = "numpy.random.Generator(PCG64)"
-FAMILIES = ("authors", "pcg64")  # params: seeds.generator
+FAMILIES: tuple[str, ...] = get_args(Family)
 
 
 def stream(seed: int) -> np.random.Generator:
     """A PCG64 generator from its seed, for the start-state draws (candidates, selection),
     whose generating code the authors did not publish."""
     return np.random.Generator(np.random.PCG64(seed))
+
+
+class Stream(Protocol):
+    """One named stream of draws, whichever family makes it."""
+
+    def uniform(self) -> float: ...
+    def integer(self, low: int, high: int) -> int: ...
+    def get_state(self) -> dict: ...
+    def set_state(self, state: dict) -> None: ...
 
 
 class AuthorsStream:
@@ -72,7 +86,7 @@ class PCG64Stream:
         return int(self.generator.integers(low, high))
 
     def get_state(self) -> dict:
-        return self.generator.bit_generator.state
+        return dict(self.generator.bit_generator.state)
 
     def set_state(self, state: dict) -> None:
         self.generator.bit_generator.state = state
@@ -98,7 +112,7 @@ class Streams:
         self.seeds = dict(seeds)
         self._streams = {name: make_stream(family, seed, actor) for name, seed in seeds.items()}
 
-    def __getitem__(self, name: str) -> AuthorsStream | PCG64Stream:
+    def __getitem__(self, name: str) -> Stream:
         return self._streams[name]
 
     def get_state(self) -> dict:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from reprodqn.determinism.rng import Stream
 from reprodqn.dqn.replay import MAX_REDRAWS, ReplayMemory
 
 
@@ -33,7 +34,7 @@ class ActorReplay:
             episode_time: int) -> None:
         self.memories[actor].add(frame, action, reward, terminal, episode_time)
 
-    def sample_slots(self, batch_size: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    def sample_slots(self, batch_size: int, rng: Stream) -> tuple[np.ndarray, np.ndarray]:
         """(actors, slots) of batch_size valid transitions, in draw order."""
         first = self.memories[0]
         low, high = first.history_length, len(first) - first.n_step
@@ -56,7 +57,7 @@ class ActorReplay:
                     raise RuntimeError("replay memory holds no sampleable transition")
         return np.array(actors, dtype=np.int64), np.array(slots, dtype=np.int64)
 
-    def sample(self, batch_size: int, rng) -> dict[str, np.ndarray]:
+    def sample(self, batch_size: int, rng: Stream) -> dict[str, np.ndarray]:
         actors, slots = self.sample_slots(batch_size, rng)
         batch: dict[str, np.ndarray] = {}
         for actor in np.unique(actors):

@@ -12,9 +12,11 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from reprodqn.determinism.rng import Stream
 from reprodqn.dqn import priority_rule
 from reprodqn.dqn.network import build_q_network, q_values
 from reprodqn.dqn.optimizers import build_optimizer
+from reprodqn.dqn.settings import AgentSettings, PrioritySettings
 
 # a minibatch's per-row arrays: what a reordering of its rows permutes
 ROW_KEYS = ("states", "next_states", "actions", "rewards", "terminals", "discounts")
@@ -35,7 +37,7 @@ class AnnealedEpsilon:
     subtract (start - final) / decay_steps, never going below epsilon_final. Kept as a
     running value, as theirs, so each step's epsilon has their float64 rounding."""
 
-    def __init__(self, agent_config):
+    def __init__(self, agent_config: AgentSettings):
         self.final = agent_config.epsilon_final
         self.delta = (agent_config.epsilon_start - self.final) / agent_config.epsilon_decay_steps
         self.value = agent_config.epsilon_start
@@ -56,9 +58,11 @@ class DQNAgent:
     250K); the target copy follows when (t + 1) % target_sync_every == 1, and once at
     construction."""
 
-    def __init__(self, agent_config, *, n_actions: int, history_length: int, screen_size: int,
+    def __init__(self, agent_config: AgentSettings, *, n_actions: int, history_length: int,
+                 screen_size: int,
                  device: torch.device, init_generator: torch.Generator,
-                 learning_starts: int, reward_clip: float, priority_config=None,
+                 learning_starts: int, reward_clip: float,
+                 priority_config: PrioritySettings | None = None,
                  reduction_order: str = "fixed"):
         self.config = agent_config
         # compute.cpu_reduction_order: on CUDA the kernels' own order stands
@@ -76,7 +80,7 @@ class DQNAgent:
         self.optimizer = build_optimizer(self.online.parameters(), agent_config)
 
     # -- acting ------------------------------------------------------------------------------
-    def act(self, state: np.ndarray, rng) -> int:
+    def act(self, state: np.ndarray, rng: Stream) -> int:
         """One uniform draw decides; a second picks the random action (the authors' order,
         dqn/dqn.py eGreedy_action)."""
         if rng.uniform() < self.epsilon.value:
@@ -110,7 +114,7 @@ class DQNAgent:
         """The 4 frames' reward sum, clipped for learning (scores stay raw)."""
         return min(max(reward, -self.reward_clip), self.reward_clip)
 
-    def learn(self, step: int, replay, rng) -> torch.Tensor | None:
+    def learn(self, step: int, replay, rng: Stream) -> torch.Tensor | None:
         """After the transition of agent step `step` (from 0) is stored: anneal epsilon and
         update when the cadence says so (the loss is returned), then the target copy."""
         loss = None
@@ -121,7 +125,7 @@ class DQNAgent:
                 if self.priority is None:
                     loss = self.update(batch)
                 else:
-                    loss = self.update_prioritized(step, batch, replay)
+                    loss = self.update_prioritized(step, batch, replay, self.priority)
         sync = self.config.target_sync_every
         if (step + 1) % sync == 1 % sync:
             self.sync_target()
@@ -153,9 +157,8 @@ class DQNAgent:
         actions = torch.from_numpy(batch["actions"].astype(np.int64)).to(device)
         rewards = torch.from_numpy(batch["rewards"]).to(device)
         not_terminal = torch.from_numpy(~batch["terminals"]).to(device)
-        discounts = batch.get("discounts")
-        if discounts is not None:
-            discounts = torch.from_numpy(discounts).to(device)
+        discounts = (torch.from_numpy(batch["discounts"]).to(device)
+                     if batch.get("discounts") is not None else None)
         with torch.no_grad():
             targets = self.td_target(rewards, next_states, not_terminal, discounts)
         q = self.online(states).gather(1, actions.unsqueeze(1)).squeeze(1)
@@ -197,27 +200,28 @@ class DQNAgent:
             td_errors = td_errors[torch.from_numpy(np.argsort(order))]
         return loss.detach(), td_errors
 
-    def update_prioritized(self, step: int, batch: dict, replay) -> torch.Tensor:
+    def update_prioritized(self, step: int, batch: dict, replay,
+                           priority: PrioritySettings) -> torch.Tensor:
         """The update with importance weights (unless off), then the sampled transitions'
         new priorities from their TD errors before the step (Schaul et al. 2016)."""
-        weights = priority_rule.importance_weights(batch, self.priority,
-                                              step - self.learning_starts)
-        if weights is not None:
-            weights = torch.from_numpy(weights).to(self.device)
-        errors = np.abs(self.window_td_errors(batch))  # before the update changes them
+        importance = priority_rule.importance_weights(batch, priority,
+                                                 step - self.learning_starts)
+        weights = (torch.from_numpy(importance).to(self.device) if importance is not None
+                   else None)
+        errors = np.abs(self.window_td_errors(batch, priority.eta))  # before the update
         loss, td_errors = self.update_with_td_errors(batch, weights)
         errors[:, 0] = np.abs(td_errors.cpu().numpy().astype(np.float64))
-        replay.set_priorities(batch["indices"], priority_rule.mixture(errors, self.priority.eta))
+        replay.set_priorities(batch["indices"], priority_rule.mixture(errors, priority.eta))
         return loss
 
-    def window_td_errors(self, batch: dict) -> np.ndarray:
+    def window_td_errors(self, batch: dict, eta: float) -> np.ndarray:
         """TD errors over each sample's n-step window (R2D2's priority mixture): column k
         is the n-step TD error of the transition k steps later in the same episode, NaN
         where there is none; column 0 is filled from the update itself."""
         positions = batch.get("window")
         errors = np.full((len(batch["indices"]), 1 if positions is None else
                           positions["valid"].shape[1]), np.nan)
-        if positions is None or self.priority.eta == 0:
+        if positions is None or eta == 0:
             return errors
         later = positions["transitions"]
         if len(later["indices"]):
@@ -270,9 +274,10 @@ class DoubleDQNAgent(DQNAgent):
         return self.target(next_states).gather(1, best).squeeze(1)
 
 
-def make_agent(agent_config, *, n_actions: int, history_length: int, screen_size: int,
+def make_agent(agent_config: AgentSettings, *, n_actions: int, history_length: int,
+               screen_size: int,
                device: torch.device, init_generator: torch.Generator, learning_starts: int,
-               reward_clip: float, priority_config=None,
+               reward_clip: float, priority_config: PrioritySettings | None = None,
                reduction_order: str = "fixed") -> DQNAgent:
     """The agent a config names: DQN, or Double DQN when agent.double."""
     kind = DoubleDQNAgent if agent_config.double else DQNAgent

@@ -18,6 +18,7 @@ stream alone, with PyTorch's default scheme: weights and biases uniform in
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 import torch
@@ -38,7 +39,8 @@ class OneDnnConv2d(nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu":
             return super().forward(x)
-        return torch.mkldnn_convolution(x, self.weight, self.bias, self.padding, self.stride,
+        padding = cast(tuple[int, ...], self.padding)  # a number, never 'same' or 'valid', here
+        return torch.mkldnn_convolution(x, self.weight, self.bias, padding, self.stride,
                                         self.dilation, self.groups)
 
 
@@ -92,7 +94,7 @@ class QNetwork(nn.Module):
 
 
 @torch.inference_mode()
-def q_values(net: QNetwork, states: np.ndarray, chunk: int) -> np.ndarray:
+def q_values(net: nn.Module, states: np.ndarray, chunk: int) -> np.ndarray:
     """Q-values of many states, computed in fixed-size chunks (the last one zero-padded).
 
     Convolution and matrix kernels pick their algorithm by batch size, so Q(s) computed in
@@ -123,5 +125,6 @@ def build_q_network(kind: str, n_actions: int, history_length: int, screen_size:
                 fan_in = layer.weight[0].numel()
                 bound = 1.0 / math.sqrt(fan_in)
                 nn.init.uniform_(layer.weight, -bound, bound, generator=generator)
-                nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
+                if layer.bias is not None:
+                    nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
     return net

@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from reprodqn.dqn.settings import AgentSettings
+
 
 def exact_sqrt_floor(eps: float, scale: float = 1.0) -> float:
     """The largest clamp that cannot change fl(sqrt(v) / scale + eps) in float32:
@@ -131,7 +133,7 @@ class Adam(torch.optim.Adam):
                 param.addcdiv_(exp_avg, denom, value=-step_size)
 
 
-def build_optimizer(parameters, agent_config) -> torch.optim.Optimizer:
+def build_optimizer(parameters, agent_config: AgentSettings) -> torch.optim.Optimizer:
     """The optimizer `agent.optimizer` names, with its params."""
     c = agent_config
     if c.optimizer == "rmsprop":

@@ -20,11 +20,14 @@ After Schaul et al. 2016 (the sum tree is sum_tree.py):
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
 from reprodqn.core.errors import InputError
+from reprodqn.determinism.rng import Stream
 from reprodqn.dqn.replay import MAX_REDRAWS, ReplayMemory
+from reprodqn.dqn.settings import PrioritySettings
 from reprodqn.dqn.sum_tree import SumTree, tree_bytes
 
 
@@ -41,7 +44,7 @@ def check_memory(capacity: int, frame_size: int, physical: int | None = None) ->
 
 
 class PrioritizedReplay:
-    def __init__(self, memory: ReplayMemory, config):
+    def __init__(self, memory: ReplayMemory, config: PrioritySettings):
         self.memory = memory
         self.config = config
         self.tree = SumTree(memory.capacity)
@@ -62,7 +65,8 @@ class PrioritizedReplay:
         memory = self.memory
         sampleable = (memory.history_length <= slot <= memory.capacity - memory.n_step - 1
                       and memory.history_valid(slot))
-        self.tree.set([slot], [self.max_priority ** self.config.alpha if sampleable else 0.0])
+        priority = self.max_priority ** self.config.alpha if sampleable else 0.0
+        self.tree.set(np.array([slot]), np.array([priority]))
 
     def set_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """The sampled transitions' new priorities (|delta| or the R2D2 mixture)."""
@@ -77,7 +81,7 @@ class PrioritizedReplay:
         return (memory.history_length <= index < memory.size - memory.n_step
                 and self.tree.leaves[index] > 0 and memory.valid(index))
 
-    def sample_indices(self, batch_size: int, rng) -> np.ndarray:
+    def sample_indices(self, batch_size: int, rng: Stream) -> np.ndarray:
         """One stratified draw per segment of the priority mass; redrawn in its segment
         while it lands on an index not sampleable now."""
         segment = self.tree.total / batch_size
@@ -94,9 +98,9 @@ class PrioritizedReplay:
                 indices[j] = self.tree.find(np.array([(j + rng.uniform()) * segment]))[0]
         return indices
 
-    def sample(self, batch_size: int, rng) -> dict[str, np.ndarray]:
+    def sample(self, batch_size: int, rng: Stream) -> dict[str, Any]:
         indices = self.sample_indices(batch_size, rng)
-        batch = self.memory.transitions(indices)
+        batch: dict[str, Any] = self.memory.transitions(indices)
         batch["probabilities"] = self.tree.leaves[indices] / self.tree.total
         batch["population"] = len(self.memory)
         if self.config.eta > 0 and self.memory.n_step > 1:

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from reprodqn.dqn.settings import PrioritySettings
 
-def beta(config, steps_learning: int) -> float:
+
+def beta(config: PrioritySettings, steps_learning: int) -> float:
     """beta_start rising linearly to 1 over beta_steps agent steps after learning starts."""
     fraction = min(max(steps_learning, 0) / config.beta_steps, 1.0)
     return config.beta_start + (1.0 - config.beta_start) * fraction
 
 
-def importance_weights(batch: dict, config, steps_learning: int) -> np.ndarray | None:
+def importance_weights(batch: dict, config: PrioritySettings,
+                       steps_learning: int) -> np.ndarray | None:
     """w_i = (N P(i))^-beta / max_j w_j over the batch (float32), or None when weights are
     off (R2D2). N is the number of transitions held, P(i) each sample's probability."""
     if not config.importance_weights:

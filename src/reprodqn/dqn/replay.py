@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from reprodqn.determinism.rng import Stream
+
 _ARRAYS = ("frames", "actions", "rewards", "terminals", "episode_time")
 MAX_REDRAWS = 1_000_000  # their loop would spin forever; a buffer this bad is a bug
 
@@ -96,12 +98,12 @@ class ReplayMemory:
         h, n = self.history_length, self.n_step
         if self.terminals[index - h:index].any():
             return False
-        times = self.episode_time[index - h:index]
+        times = self.episode_time[index - h:index].astype(np.int64)
         if not (times[:-1] < times[1:]).all():
             return False
         return n == 1 or not self.starts[index]  # n > 1: s and a_i from one episode
 
-    def sample_indices(self, batch_size: int, rng) -> np.ndarray:
+    def sample_indices(self, batch_size: int, rng: Stream) -> np.ndarray:
         """Draw until batch_size valid indices are found; invalid draws are dropped."""
         low, high = self.history_length, self.size - self.n_step
         if high <= low:
@@ -119,7 +121,7 @@ class ReplayMemory:
                     raise RuntimeError("replay memory holds no sampleable transition")
         return np.array(indices, dtype=np.int64)
 
-    def sample(self, batch_size: int, rng) -> dict[str, np.ndarray]:
+    def sample(self, batch_size: int, rng: Stream) -> dict[str, np.ndarray]:
         return self.transitions(self.sample_indices(batch_size, rng))
 
     def transitions(self, indices: np.ndarray) -> dict[str, np.ndarray]:

@@ -114,7 +114,8 @@ class BreakoutEnv(gym.Env):
         if self._episode is None:
             raise InputError("step() before reset(): an eval episode starts at reset")
         reward, over, capped = self._episode.step(int(action))
-        return self.history.frames.copy(), float(reward), over, capped, self._eval_info()
+        return (self.history.frames.copy(), float(reward), over, capped,
+                _eval_info(self._episode))
 
     # -- train mode --------------------------------------------------------------------------
     def _reset_train(self, seed: int | None) -> np.ndarray:
@@ -160,13 +161,13 @@ class BreakoutEnv(gym.Env):
                 if self.protocol.sticky_p > 0 else EpisodeSpec(index, start_sequence=index))
         self._episode = Episode(self._emulator, self.history, self.protocol, spec,
                                 self.sequences)
-        return self.history.frames.copy(), self._eval_info()
+        return self.history.frames.copy(), _eval_info(self._episode)
 
-    def _eval_info(self) -> dict:
-        spec = self._episode.spec
-        return {"episode_index": spec.episode, "start_sequence": spec.start_sequence,
-                "sticky_seed": spec.sticky_seed, "frames": self._episode.frames,
-                "score": self._episode.score}
+
+def _eval_info(episode: Episode) -> dict:
+    spec = episode.spec
+    return {"episode_index": spec.episode, "start_sequence": spec.start_sequence,
+            "sticky_seed": spec.sticky_seed, "frames": episode.frames, "score": episode.score}
 
 
 gym.register(id=ENV_ID, entry_point="reprodqn.envs.breakout:BreakoutEnv")

@@ -12,14 +12,14 @@ import torch
 
 from reprodqn.core import workspace
 from reprodqn.determinism import numerics
-from reprodqn.dqn.network import QNetwork, q_values
+from reprodqn.dqn.network import q_values
 from reprodqn.evaluation import start_states
 from reprodqn.evaluation.blindness import alarm, write_probe
 from reprodqn.evaluation.protocol import EVAL_THREADS, end_state_histories, load_network
 from reprodqn.evaluation.stage import EvaluatedRun
 
 
-def probe(net: QNetwork, histories: np.ndarray, chunk: int) -> dict:
+def probe(net: torch.nn.Module, histories: np.ndarray, chunk: int) -> dict:
     """Q's spread across the states, the distinct greedy actions and the mean max-Q."""
     q = q_values(net, histories, chunk).astype(np.float64)
     return {"q_spread": float(q.std(axis=0).mean()),

@@ -121,6 +121,8 @@ class Episode:
         else:
             emulator.sticky_p, emulator.sticky_rng = 0.0, None
         if spec.start_sequence is not None:
+            if sequences is None:
+                raise ValueError("an episode from a start sequence needs the sequences")
             replay_start_sequence(emulator, history, sequences[spec.start_sequence],
                                   p.frame_skip)
         else:
@@ -249,7 +251,8 @@ class Evaluator:
     def __init__(self, protocol: Protocol, sequences, workers: int, device: str = "cpu",
                  deterministic_gpu: bool = True):
         self.protocol, self.sequences, self.workers = protocol, sequences, workers
-        self._pool = self._lifeline = None
+        self._pool: ProcessPoolExecutor | None = None
+        self._lifeline: lifeline.Lifeline | None = None
         if workers > 1:
             self._lifeline = lifeline.Lifeline()
             self._pool = ProcessPoolExecutor(
@@ -264,7 +267,7 @@ class Evaluator:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
-        if self._pool is None:
+        if self._pool is None or self._lifeline is None:
             return
         if exc_type is not None:  # a stop or a failure: no episode in flight is worth waiting for
             self._lifeline.cut()

@@ -26,7 +26,7 @@ def prepare_ranker(params, out: Path) -> dict:
     if params.ranker.checkpoint:
         source = Path(params.ranker.checkpoint)
         _, meta = load_weights(source)
-        origin = {"source": str(source)}
+        origin: dict[str, object] = {"source": str(source)}
     else:
         config = ranker_run(params)
         run = out / "run"

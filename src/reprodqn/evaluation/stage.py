@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from reprodqn.config.params import RunConfig
 from reprodqn.core import workspace
 from reprodqn.core.digests import json_digest
 from reprodqn.core.progress import Progress
@@ -76,8 +77,8 @@ def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Ev
              h["weights_sha256"]) for h in hashes if h["step"] not in done]
     fresh = evaluator.evaluate_many(todo, specs)
     rows = []
-    for index, line in enumerate(hashes):
-        step = line["step"]
+    for index, record in enumerate(hashes):
+        step = record["step"]
         resumed = step in done
         if resumed:
             results = [EpisodeResult(**r) for r in done[step]]
@@ -112,7 +113,7 @@ def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Ev
 class EvaluatedRun:
     """What the evaluate stage did for one run, for the probe and tracking that follow."""
 
-    config: object  # the run's RunConfig
+    config: RunConfig
     run_dir: Path
     out_dir: Path
     hashes: list

@@ -161,7 +161,8 @@ def parse_authors_file(path: Path, expected_count: int) -> list[list[int]]:
         if not isinstance(node, ast.List) or not all(
                 isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts):
             raise InputError(f"{where}: expected a list of integer literals like [1, 3, 4]")
-        sequence = [e.value for e in node.elts]
+        sequence = [e.value for e in node.elts
+                    if isinstance(e, ast.Constant) and isinstance(e.value, int)]
         check_sequence(sequence, where)
         sequences.append(sequence)
     if len(sequences) != expected_count:

@@ -81,7 +81,7 @@ def _settings(applied: dict) -> dict:
                             **{k: os.environ.get(k) for k in isa.KNOBS}},
         "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         "cudnn": {"deterministic": cudnn.deterministic, "benchmark": cudnn.benchmark,
-                  "conv fp32_precision": cudnn.conv.fp32_precision},
+                  "conv fp32_precision": cudnn.conv.fp32_precision},  # type: ignore[attr-defined]
         "cuda matmul fp32_precision": torch.backends.cuda.matmul.fp32_precision,
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "applied": applied,

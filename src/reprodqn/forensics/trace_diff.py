@@ -86,7 +86,7 @@ def first_difference(a: list[dict], b: list[dict]) -> dict | None:
 
 
 def _later(ops_a: list, ops_b: list, index: int, limit: int = 4) -> list[str]:
-    out = []
+    out: list[str] = []
     for oa, ob in zip(ops_a[index + 1:], ops_b[index + 1:], strict=False):
         if oa[4] != ob[4] and len(out) < limit:
             out.append(f"op {oa[0]} {oa[1]} ({oa[2]}, {oa[3] or 'no module'})")

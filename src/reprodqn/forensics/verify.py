@@ -49,12 +49,14 @@ def verify(ours: Path, reference: Path, study) -> dict:
         for a, b in zip(mine[group], theirs[group], strict=True):
             if not a.hashes and not b.hashes:
                 continue
+            chain: str | None
+            step: int | None
             if not a.hashes:  # a study still running here: say so, not "differs at step 0"
                 chain, step = NOT_TRAINED, 0
             else:
                 steps = divergence(b, a)
                 chain = next((name for name, step in steps.items() if step is not None), None)
-                step = steps.get(chain)
+                step = steps[chain] if chain is not None else None
                 if chain is not None and (differs_by_design(a) or differs_by_design(b)):
                     by_design.append(f"{group}/{a.run}")
                     continue
@@ -77,12 +79,13 @@ def conditions_differing(ours: dict | None, theirs: dict | None) -> dict:
     """Which conditions differ (those that change numbers apart), and each side's ISA."""
     from reprodqn.determinism.provenance import differences, fingerprint_fields
 
-    both = ours is not None and theirs is not None
-    return {"conditions_differing": differences(ours, theirs) if both else [],
-            "numeric_conditions_differing": (differences(fingerprint_fields(ours),
-                                                         fingerprint_fields(theirs))
-                                             if both else []),
-            "cpu_isa": {"ours": isa_setting(ours), "reference": isa_setting(theirs)}}
+    found: dict = {"conditions_differing": [], "numeric_conditions_differing": [],
+                   "cpu_isa": {"ours": isa_setting(ours), "reference": isa_setting(theirs)}}
+    if ours is not None and theirs is not None:
+        found["conditions_differing"] = differences(ours, theirs)
+        found["numeric_conditions_differing"] = differences(fingerprint_fields(ours),
+                                                            fingerprint_fields(theirs))
+    return found
 
 
 def summary(result: dict) -> str:
@@ -123,7 +126,7 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
         raise InputError(f"--until {until}: the run has only {config.train.steps} steps")
     reference_run = workspace.run_dir(reference / workspace.RUNS, group, run)
     resume_dir = rerun.shipped_resume_point(reference, group, run, until)
-    start = 0 if resume_dir is None else workspace.latest_resume_step(resume_dir)
+    start = (0 if resume_dir is None else workspace.latest_resume_step(resume_dir)) or 0
     # two phases, as a training run: a rate measured while the replay fills promises an early end
     progress = RunProgress(f"verify --rerun {group}/{run}", until, start,
                            config.replay.learning_starts)

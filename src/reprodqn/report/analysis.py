@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -100,7 +101,7 @@ def variance_tests(study: dict[str, list[RunResult]]) -> list[dict]:
         for a, b in itertools.combinations([g for g in values if len(values[g]) >= 2], 2):
             x, y = np.array(values[a]), np.array(values[b])
             var_x, var_y = x.var(ddof=1), y.var(ddof=1)
-            entry = {"scores": kind, "groups": [a, b], "n": [len(x), len(y)],
+            entry: dict[str, Any] = {"scores": kind, "groups": [a, b], "n": [len(x), len(y)],
                      "variance": [float(var_x), float(var_y)]}
             if var_x == 0 and var_y == 0:
                 entry.update(f_statistic=None, f_p=None, bf_statistic=None, bf_p=None,
@@ -196,7 +197,7 @@ def group_divergence(study: dict[str, list[RunResult]]) -> dict[str, dict]:
         chains = [divergence(runs[0], r) for r in runs[1:]]
         losses = [d for r in runs[1:] if (d := first_loss_divergence(runs[0], r))]
         table[group] = {"runs": len(runs), **{
-            name: min((c[name] for c in chains if c[name] is not None), default=None)
+            name: min((s for c in chains if (s := c[name]) is not None), default=None)
             for name in ("weights", "evaluation")},
             "losses": min(losses, key=lambda d: d["step"]) if losses else None}
     return table
@@ -204,7 +205,7 @@ def group_divergence(study: dict[str, list[RunResult]]) -> dict[str, dict]:
 
 def verdict(study: dict[str, list[RunResult]]) -> dict:
     runs = [r for r in study.get("deterministic", []) if r.hashes]
-    result = {"group": "deterministic", "runs": len(runs)}
+    result: dict[str, Any] = {"group": "deterministic", "runs": len(runs)}
     if len(runs) < 2:
         result.update(replicable=None, reason="fewer than two deterministic runs")
         return result

@@ -82,7 +82,7 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
     (what an archive such as Zenodo reads from an upload)."""
     root, out = Path(root), Path(out)
     files = collect(root, checkpoints)
-    contents = {f.as_posix(): None for f in files}  # None: read from the workspace
+    contents: dict[str, bytes | None] = {f.as_posix(): None for f in files}  # None: on disk
     contents.update(metadata(root, files))
     hashes = {name: sha256_file(root / name) if data is None else sha256_bytes(data)
               for name, data in contents.items()}
@@ -90,7 +90,8 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(contents):
-            data = (root / name).read_bytes() if contents[name] is None else contents[name]
+            held = contents[name]
+            data = (root / name).read_bytes() if held is None else held
             tar.addfile(_info(f"{ROOT}/{name}", len(data)), io.BytesIO(data))
         data = manifest.encode()
         tar.addfile(_info(f"{ROOT}/{MANIFEST}", len(data)), io.BytesIO(data))
@@ -133,9 +134,9 @@ def write_reference(root: Path, out: Path) -> dict:
         shutil.copyfile(root / name, staging / name)
     (staging / MANIFEST).write_text(manifest_text({f.as_posix(): sha256_file(staging / f)
                                                    for f in files}))
-    for name in REFERENCE_KEPT:
-        if (out / name).exists():
-            shutil.copyfile(out / name, staging / name)
+    for kept in REFERENCE_KEPT:
+        if (out / kept).exists():
+            shutil.copyfile(out / kept, staging / kept)
     shutil.rmtree(old, ignore_errors=True)
     if out.exists():
         out.rename(old)

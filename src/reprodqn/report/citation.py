@@ -72,9 +72,9 @@ def rom_sha256() -> dict:
     """The Breakout ROM the runs played: ale-py ships it, the bundle does not (license)."""
     from importlib.metadata import version
 
-    from ale_py import roms
+    from reprodqn.training.atari import rom_path
 
-    path = Path(roms.get_rom_path("breakout"))
+    path = rom_path("breakout")
     return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "file": path.name,
             "ale_py": version("ale-py")}
 
@@ -120,7 +120,7 @@ def crate(files: dict[str, str], sizes: dict[str, int], meta: dict, rom: dict) -
         "@id": "#breakout-rom", "@type": "CreativeWork", "sha256": rom["sha256"],
         "name": f"Atari 2600 Breakout ROM ({rom['file']}, shipped with ale-py "
                 f"{rom['ale_py']}; not in this bundle)"})
-    by_role = {}
+    by_role: dict[str, list] = {}  # role -> the crate's entities
     for path, entity in entities.items():
         by_role.setdefault(role(path), []).append(entity)
     rc.add_action(workflow, identifier="#study", object=[*by_role.get("input", []), rom_entity],

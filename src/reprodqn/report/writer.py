@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -99,7 +100,7 @@ def learning_curves_runs_csv(study) -> str:
 
 def write_report(study, out_dir: Path, scale_note: str = "", audit: dict | None = None,
                  algorithm: str = "DQN", optimizer: str = "rmsprop",
-                 departures: list[dict] = ()) -> dict:
+                 departures: Sequence[dict] = ()) -> dict:
     """Table 1, figures, variance tests and the report (markdown and HTML) of a study;
     `departures`: config.explain.departures of its params, named in the report."""
     out_dir = Path(out_dir)
@@ -192,8 +193,8 @@ def divergence_lines(parting: dict[str, dict], device: dict) -> list[str]:
 
 def report_markdown(study, table, tests, replicability, device, scale_note: str,
                     parting: dict | None = None, audit: dict | None = None,
-                    algorithm: str = "DQN", probe_lines: list[str] = (),
-                    design_lines: list[str] = ()) -> str:
+                    algorithm: str = "DQN", probe_lines: Sequence[str] = (),
+                    design_lines: Sequence[str] = ()) -> str:
     runs = sum(1 for runs in study.values() for r in runs if r.steps)
     lines = [f"# Report: deterministic {algorithm} on Breakout", ""]
     if scale_note:
@@ -243,7 +244,7 @@ def report_markdown(study, table, tests, replicability, device, scale_note: str,
     return "\n".join(lines)
 
 
-def departure_lines(departures: list[dict]) -> list[str]:
+def departure_lines(departures: Sequence[dict]) -> list[str]:
     """The study's departures from params.yaml's defaults (the paper's values, or the
     authors' code's where the paper gives none), one row each."""
     if not departures:
@@ -254,7 +255,7 @@ def departure_lines(departures: list[dict]) -> list[str]:
              "| knob | this study | default | what it is |", "|---|---|---|---|"]
     for d in departures:
         lines.append(f"| `{d['key']}` | {d['value']} | {d['default']} | {d['what']} |")
-    left_out = next((d["value"] for d in departures if d["key"] == "study.left_out"), [])
+    left_out: list[str] = next((d["value"] for d in departures if d["key"] == "study.left_out"), [])
     if "gpu" in left_out:
         lines += ["", "The gpu group is left out: it differs from the deterministic group only "
                   "in allowing nondeterministic GPU kernels, so on a CPU it would train the "
@@ -279,7 +280,7 @@ def power_lines(study) -> list[str]:
 def conditions_lines(study) -> list[str]:
     """What the runs ran under, from their conditions records (one line per distinct
     fingerprint: a study that mixed conditions shows it)."""
-    records = {}
+    records: dict[str, dict] = {}
     for runs in study.values():
         for r in runs:
             if r.conditions and r.conditions.get("fingerprint"):

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from reprodqn.core import lifeline, run_lock
 from reprodqn.core.errors import InputError
@@ -52,6 +53,13 @@ class JobResult:
     returncode: int
     seconds: float
     log: Path | None = None
+
+
+class Executor(Protocol):
+    """Runs a stage's jobs to the end: the local pool or Slurm."""
+
+    def run(self, jobs: Sequence[Job], label: str,
+            monitor: Callable[[], None] | None = None) -> list[JobResult]: ...
 
 
 def job_environment(threads: int) -> dict[str, str]:

@@ -221,7 +221,7 @@ class RunTracker:
         history = self.client.get_metric_history(self.run_id, key)
         return max((m.step for m in history), default=-1)
 
-    def log_metrics(self, rows: list[tuple[str, float, int]]) -> None:
+    def log_metrics(self, rows: list[tuple[str, float | None, int]]) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)

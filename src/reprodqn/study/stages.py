@@ -14,7 +14,7 @@ from reprodqn.core.errors import InputError
 from reprodqn.core.progress import StudyProgress
 from reprodqn.core.workers import default_workers
 from reprodqn.study import mlflow_store, slurm, tracking
-from reprodqn.study.launch import Job, LocalExecutor, check, job_environment
+from reprodqn.study.launch import Executor, Job, LocalExecutor, check, job_environment
 
 
 def study_jobs(params, stage: str, params_argv: list[str], runs: Path,
@@ -42,7 +42,7 @@ def study_jobs(params, stage: str, params_argv: list[str], runs: Path,
 
 
 def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluations: Path,
-              make_executor: Callable[[], object]) -> None:
+              make_executor: Callable[[], Executor]) -> None:
     """Run every unfinished job of the stage and wait; one line names any that failed."""
     label = f"study {stage}"
     jobs = study_jobs(params, stage, params_argv, runs, evaluations)
@@ -66,8 +66,11 @@ def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluation
             job.env[mlflow_store.PARENT_ENV] = parent
     monitor = None
     if stage == "train":  # per run and overall, from each run's progress.json
-        records = {job.name: workspace.run_dir(runs, *job.name.split("/")) /
-                   workspace.PROGRESS_RECORD for job in jobs}
+        records = {}
+        for job in jobs:
+            group, run = job.name.split("/")
+            records[job.name] = workspace.run_dir(runs, group, int(run)) / \
+                workspace.PROGRESS_RECORD
         for path in records.values():  # a line left by an earlier attempt is stale
             path.unlink(missing_ok=True)
         workers = getattr(executor, "workers", None) or len(jobs)
@@ -100,7 +103,8 @@ def cpu_cost_warning(params, runs: int, workers: int, measured: float | None) ->
 
 def make_executor(name: str, workers: int | None, cores_per_job: int,
                   launcher_config: Path | None,
-                  resume_every: int | None, runs: Path, entry: Callable[[list[str]], int]):
+                  resume_every: int | None, runs: Path,
+                  entry: Callable[[list[str]], int]) -> Executor:
     """The local pool, or Slurm: a launch setting (flag, environment, launcher.yaml), never a
     param, so switching never reruns anything or changes a result."""
     if name == "local":

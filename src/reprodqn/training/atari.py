@@ -11,9 +11,13 @@ bilinear, with OpenCV's INTER_LINEAR as theirs (env.resize) or INTER_LINEAR_EXAC
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import cv2
 import numpy as np
 from ale_py import ALEInterface, ALEState, LoggerMode, roms
+
+from reprodqn.core.errors import InputError
 
 NOOP, FIRE = 0, 1
 SCREEN_SHAPE = (210, 160, 3)
@@ -35,6 +39,14 @@ def preprocess(screens: np.ndarray, size: int, resize: str = "linear") -> np.nda
     return cv2.resize(gray, (size, size), interpolation=RESIZE[resize])
 
 
+def rom_path(game: str) -> Path:
+    """The game's ROM as ale-py ships it."""
+    path = roms.get_rom_path(game)
+    if path is None:
+        raise InputError(f"game {game!r}: the installed ale-py ships no ROM for it")
+    return Path(path)
+
+
 class Emulator:
     """One Atari game. Sticky actions are drawn per frame from the sticky stream (ALE's own
     sticky actions and its seed are switched off so no hidden generator is involved). As
@@ -49,7 +61,7 @@ class Emulator:
         self.ale.setFloat("repeat_action_probability", 0.0)
         self.ale.setInt("frame_skip", 1)
         self.ale.setInt("max_num_frames_per_episode", 0)
-        self.ale.loadROM(roms.get_rom_path(game))
+        self.ale.loadROM(rom_path(game))
         self.action_set = tuple(int(a.value) for a in self.ale.getMinimalActionSet())
         self.sticky_p = sticky_p
         self.sticky_rng = sticky_rng

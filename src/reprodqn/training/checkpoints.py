@@ -45,7 +45,7 @@ def sorted_header(data: bytes) -> bytes:
     return struct.pack("<Q", len(header)) + header.encode() + data[8 + length:]
 
 
-def save_weights(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
+def save_weights(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, object]) -> str:
     """Write a checkpoint atomically; returns its weights hash (also stored inside it)."""
     digest = weights_sha256(tensors)
     meta = {**{k: str(v) for k, v in metadata.items()}, "weights_sha256": digest}
