@@ -64,10 +64,14 @@ def main() -> None:
             x = layer(x)
         same_bits = torch.equal(a, x)
 
-    print(f"batch-1 greedy forward, Nature network, {torch.get_num_threads()} thread(s), "
-          f"{torch.backends.cpu.get_cpu_capability()}")
-    print(f"{'layer':28} {'kernel':22} {'ms':>7} {'MFLOP':>7} {'GFLOP/s':>8} "
-          f"{'weights':>8} {'GB/s':>6}")
+    print(
+        f"batch-1 greedy forward, Nature network, {torch.get_num_threads()} thread(s), "
+        f"{torch.backends.cpu.get_cpu_capability()}"
+    )
+    print(
+        f"{'layer':28} {'kernel':22} {'ms':>7} {'MFLOP':>7} {'GFLOP/s':>8} "
+        f"{'weights':>8} {'GB/s':>6}"
+    )
     rows, total = [], 0.0
     with torch.inference_mode():
         x = torch.from_numpy(state).unsqueeze(0).float().div_(255.0)
@@ -82,16 +86,22 @@ def main() -> None:
             total += ms
             x = layer(x)
     for name, kernel, ms, flops, weights in rows:
-        print(f"{name:28} {kernel:22} {ms:7.3f} {flops / 1e6:7.2f} "
-              f"{flops / ms / 1e6 if flops else 0:8.1f} {weights / 2**20:7.2f}M "
-              f"{weights / ms / 1e6 if weights else 0:6.1f}")
+        print(
+            f"{name:28} {kernel:22} {ms:7.3f} {flops / 1e6:7.2f} "
+            f"{flops / ms / 1e6 if flops else 0:8.1f} {weights / 2**20:7.2f}M "
+            f"{weights / ms / 1e6 if weights else 0:6.1f}"
+        )
     whole = 1e3 * common.per_call_seconds(act, args.seconds)
     pre = 1e3 * common.per_call_seconds(act_preallocated, args.seconds)
     print(f"{'layers alone':51} {total:7.3f}")
-    print(f"{'greedy_action (as the agent acts)':51} {whole:7.3f}  (overhead beyond the "
-          f"layers {whole - total:.3f} ms)")
-    print(f"{'preallocated input, layers called directly':51} {pre:7.3f}  speed-up "
-          f"{whole / pre:.3f}; same action; same Q bits as the module call: {same_bits}")
+    print(
+        f"{'greedy_action (as the agent acts)':51} {whole:7.3f}  (overhead beyond the "
+        f"layers {whole - total:.3f} ms)"
+    )
+    print(
+        f"{'preallocated input, layers called directly':51} {pre:7.3f}  speed-up "
+        f"{whole / pre:.3f}; same action; same Q bits as the module call: {same_bits}"
+    )
 
 
 if __name__ == "__main__":

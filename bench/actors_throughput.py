@@ -33,15 +33,22 @@ WARMUP = 2000  # transitions before learning starts (replay fill)
 def build(actors: int, workers: int, learning: bool, block: int, rounds: int):
     steps = 8 * ((WARMUP + 40 * actors + block * rounds) // 8 + 8)  # whole rounds for any N
     # one checkpoint interval for the whole run: no evaluation cut inside the timed rounds
-    overrides = [f"train.actors={actors}", f"replay.learning_starts={WARMUP}",
-                 "agent.epsilon_decay_steps=1", f"replay.capacity={steps}",
-                 f"train.steps={steps}", f"train.checkpoint_every={steps}",
-                 f"train.resume_every={steps}", f"train.log_every={steps}"]
+    overrides = [
+        f"train.actors={actors}",
+        f"replay.learning_starts={WARMUP}",
+        "agent.epsilon_decay_steps=1",
+        f"replay.capacity={steps}",
+        f"train.steps={steps}",
+        f"train.checkpoint_every={steps}",
+        f"train.resume_every={steps}",
+        f"train.log_every={steps}",
+    ]
     if not learning:  # updates never due: acting, emulation and storage only
-        overrides.append(f"agent.update_every={10 ** 9}")
+        overrides.append(f"agent.update_every={10**9}")
     config = resolve_run(common.load(overrides), "deterministic", 0)
-    device, _ = numerics.configure(config.compute.device, config.compute.threads,
-                                   config.compute.deterministic_gpu)
+    device, _ = numerics.configure(
+        config.compute.device, config.compute.threads, config.compute.deterministic_gpu
+    )
     os.environ[ACTOR_WORKERS_ENV] = str(workers)
     run = make_run(config, Path(tempfile.mkdtemp()), device)
     while run.step < WARMUP + 40 * actors:  # fill replay, warm the kernels up
@@ -72,8 +79,10 @@ def main() -> None:
             run.close()
         rates = {s: args.rounds * args.block / seconds[s] for s in settings}
         base = rates[(1, 0)]
-        print(f"\n{'learning phase' if learning else 'acting alone (no updates)'}: "
-              f"transitions/s, ratio to N = 1")
+        print(
+            f"\n{'learning phase' if learning else 'acting alone (no updates)'}: "
+            f"transitions/s, ratio to N = 1"
+        )
         for (n, k), rate in rates.items():
             where = "in-process" if k == 0 else f"K={k}"
             print(f"  N={n:<2} {where:<11} {rate:8.1f}   {rate / base:5.2f}x")

@@ -46,23 +46,57 @@ def environment(threads: int) -> dict:
 
 def ours(threads: int, steps: int) -> float:
     out = subprocess.run(
-        [sys.executable, str(BENCH / "train_throughput.py"), "--phase", "after annealing",
-         "--threads", str(threads), "--rounds", "4", "--block", str(steps // 4)],
-        capture_output=True, text=True, check=True, env=environment(threads))
+        [
+            sys.executable,
+            str(BENCH / "train_throughput.py"),
+            "--phase",
+            "after annealing",
+            "--threads",
+            str(threads),
+            "--rounds",
+            "4",
+            "--block",
+            str(steps // 4),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=environment(threads),
+    )
     return float(re.search(r"training loop\s+([\d.]+)", out.stdout).group(1))
 
 
 def cleanrl(root: Path, python: str, threads: int, steps: int, warmup: int) -> float:
     total = warmup + steps
     script = root / "cleanrl" / "dqn_atari.py"
-    argv = [str(script), "--env-id", "BreakoutNoFrameskip-v4", "--total-timesteps", str(total),
-            "--learning-starts", str(warmup), "--buffer-size", str(total + 100),
-            "--exploration-fraction", str(1 / total), "--end-e", "0.1", "--no-cuda",
-            "--no-track", "--seed", "1"]
+    argv = [
+        str(script),
+        "--env-id",
+        "BreakoutNoFrameskip-v4",
+        "--total-timesteps",
+        str(total),
+        "--learning-starts",
+        str(warmup),
+        "--buffer-size",
+        str(total + 100),
+        "--exploration-fraction",
+        str(1 / total),
+        "--end-e",
+        "0.1",
+        "--no-cuda",
+        "--no-track",
+        "--seed",
+        "1",
+    ]
     code = SHIM.format(root=str(root), argv=argv, script=str(script))
     with tempfile.TemporaryDirectory() as scratch:  # its tensorboard runs/ and model go here
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True,
-                             env=environment(threads), cwd=scratch)
+        out = subprocess.run(
+            [python, "-c", code],
+            capture_output=True,
+            text=True,
+            env=environment(threads),
+            cwd=scratch,
+        )
     if out.returncode:
         raise SystemExit(f"cleanrl: exit {out.returncode}: {out.stderr.strip()[-400:]}")
     # each SPS line is printed at a step that is a multiple of 100, once learning runs
@@ -82,17 +116,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000, help="agent steps timed per run")
     parser.add_argument("--warmup", type=int, default=5000, help="CleanRL's learning_starts")
     args = parser.parse_args()
-    print(f"after annealing, agent steps/s, median of {args.rounds} alternating rounds, "
-          f"{os.cpu_count()} cores")
+    print(
+        f"after annealing, agent steps/s, median of {args.rounds} alternating rounds, "
+        f"{os.cpu_count()} cores"
+    )
     print(f"{'threads':>7} {'reprodqn':>9} {'CleanRL':>8} {'ratio':>6}")
     for threads in args.threads:
         a, b = [], []
         for round_ in range(args.rounds):
             a.append(ours(threads, args.steps))
-            b.append(cleanrl(args.cleanrl, args.cleanrl_python, threads, args.steps,
-                             args.warmup))
-            print(f"  {threads} thread(s), round {round_ + 1}: {a[-1]:.1f} vs {b[-1]:.1f}",
-                  file=sys.stderr, flush=True)
+            b.append(cleanrl(args.cleanrl, args.cleanrl_python, threads, args.steps, args.warmup))
+            print(
+                f"  {threads} thread(s), round {round_ + 1}: {a[-1]:.1f} vs {b[-1]:.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
         mine, theirs = statistics.median(a), statistics.median(b)
         print(f"{threads:>7} {mine:9.1f} {theirs:8.1f} {mine / theirs:6.2f}")
 

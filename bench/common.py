@@ -20,8 +20,9 @@ from reprodqn.config.params import load_params
 from reprodqn.determinism import isa
 
 if "torch" in sys.modules:
-    raise RuntimeError("import common before anything that loads torch: the CPU floor must be "
-                       "set first")
+    raise RuntimeError(
+        "import common before anything that loads torch: the CPU floor must be set first"
+    )
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "params.yaml"
@@ -44,16 +45,22 @@ def per_call_seconds(function: Callable[[], object], seconds: float, warmup: int
     return (time.perf_counter() - start) / calls
 
 
-def build_agent(params, agent_config=None, device: str = "cpu", learning_starts: int = 0,
-                seed: int = 0):
+def build_agent(
+    params, agent_config=None, device: str = "cpu", learning_starts: int = 0, seed: int = 0
+):
     """The study's agent for 4 actions at params.env's screen, its weights from `seed`
     (`agent_config` replaces params.agent, e.g. to compare two settings)."""
     import torch
 
     from reprodqn.dqn.agent import make_agent
 
-    return make_agent(agent_config or params.agent, n_actions=4,
-                      history_length=params.env.history_length,
-                      screen_size=params.env.screen_size, device=torch.device(device),
-                      init_generator=torch.Generator().manual_seed(seed),
-                      learning_starts=learning_starts, reward_clip=params.env.reward_clip)
+    return make_agent(
+        agent_config or params.agent,
+        n_actions=4,
+        history_length=params.env.history_length,
+        screen_size=params.env.screen_size,
+        device=torch.device(device),
+        init_generator=torch.Generator().manual_seed(seed),
+        learning_starts=learning_starts,
+        reward_clip=params.env.reward_clip,
+    )

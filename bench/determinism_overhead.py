@@ -65,8 +65,7 @@ def torch_dispatch():
         network.OneDnnConv2d.forward, network.OneDnnLinear.forward = routed
 
 
-def worker(floor: str, threads: int, deterministic: bool, onednn: bool,
-           seconds: float) -> None:
+def worker(floor: str, threads: int, deterministic: bool, onednn: bool, seconds: float) -> None:
     """Agent steps per second of the loop's torch work under one configuration."""
     from reprodqn.determinism import isa
 
@@ -86,11 +85,19 @@ def timed(threads: int, deterministic: bool, seconds: float) -> None:
 
     params = load_params(ROOT / "params.yaml")
     default_threads = torch.get_num_threads()  # torch's own: one per physical core
-    device, applied = numerics.configure("cuda" if torch.cuda.is_available() else "cpu",
-                                            threads or default_threads, deterministic)
-    agent = make_agent(params.agent, n_actions=4, history_length=4, screen_size=84,
-                       device=device, init_generator=torch.Generator().manual_seed(0),
-                       learning_starts=0, reward_clip=1.0)
+    device, applied = numerics.configure(
+        "cuda" if torch.cuda.is_available() else "cpu", threads or default_threads, deterministic
+    )
+    agent = make_agent(
+        params.agent,
+        n_actions=4,
+        history_length=4,
+        screen_size=84,
+        device=device,
+        init_generator=torch.Generator().manual_seed(0),
+        learning_starts=0,
+        reward_clip=1.0,
+    )
     from batches import random_batches
 
     batch = random_batches(1, params, np.random.default_rng(0))[0]
@@ -111,9 +118,16 @@ def timed(threads: int, deterministic: bool, seconds: float) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    print(json.dumps({"steps_per_second": cycles * every / elapsed,
-                      "capability": torch.backends.cpu.get_cpu_capability(),
-                      "threads": torch.get_num_threads(), "device": applied["device"]}))
+    print(
+        json.dumps(
+            {
+                "steps_per_second": cycles * every / elapsed,
+                "capability": torch.backends.cpu.get_cpu_capability(),
+                "threads": torch.get_num_threads(),
+                "device": applied["device"],
+            }
+        )
+    )
 
 
 def chunking(rounds: int) -> tuple[float, float]:
@@ -150,8 +164,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=6.0, help="per configuration per round")
-    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS,
-                        metavar=("FLOOR", "THREADS", "DETERMINISTIC", "ONEDNN"))
+    parser.add_argument(
+        "--worker",
+        nargs=4,
+        help=argparse.SUPPRESS,
+        metavar=("FLOOR", "THREADS", "DETERMINISTIC", "ONEDNN"),
+    )
     args = parser.parse_args()
     if args.worker:
         floor, threads, deterministic, onednn = args.worker
@@ -160,35 +178,59 @@ def main() -> None:
 
     from reprodqn.determinism import isa
 
-    configs = {name: config for name, config in CONFIGS.items()
-               if set(isa.REQUIRED_FLAGS[config[0]]) <= isa.machine_flags()}
+    configs = {
+        name: config
+        for name, config in CONFIGS.items()
+        if set(isa.REQUIRED_FLAGS[config[0]]) <= isa.machine_flags()
+    }
     rates: dict[str, list[float]] = {name: [] for name in configs}
     seen: dict[str, dict] = {}
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     for round_ in range(args.rounds):
         for name, (floor, threads, deterministic, onednn) in configs.items():
             out = subprocess.run(
-                [sys.executable, __file__, "--seconds", str(args.seconds), "--worker", floor,
-                 str(threads), "1" if deterministic else "0", "1" if onednn else "0"],
-                capture_output=True, text=True, check=True, env=env)
+                [
+                    sys.executable,
+                    __file__,
+                    "--seconds",
+                    str(args.seconds),
+                    "--worker",
+                    floor,
+                    str(threads),
+                    "1" if deterministic else "0",
+                    "1" if onednn else "0",
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=env,
+            )
             result = json.loads(out.stdout.strip().splitlines()[-1])
             rates[name].append(result["steps_per_second"])
             seen[name] = result
         print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     off = statistics.median(rates["every setting off"])
     mkl_avx2 = statistics.median(rates["torch dispatch, MKL AVX2 (Intel-only)"])
-    print("training (a Nature update at batch 32 + a batch-1 acting forward per agent step), "
-          f"{args.rounds} rounds x {args.seconds:.0f} s, {os.cpu_count()} cores")
-    print(f"{'configuration':40} {'steps/s':>8} {'vs off':>7} {'vs MKL AVX2':>11}  kernels, "
-          "threads, device")
+    print(
+        "training (a Nature update at batch 32 + a batch-1 acting forward per agent step), "
+        f"{args.rounds} rounds x {args.seconds:.0f} s, {os.cpu_count()} cores"
+    )
+    print(
+        f"{'configuration':40} {'steps/s':>8} {'vs off':>7} {'vs MKL AVX2':>11}  kernels, "
+        "threads, device"
+    )
     for name in configs:
         median = statistics.median(rates[name])
         info = seen[name]
-        print(f"{name:40} {median:8.1f} {median / off:7.3f} {median / mkl_avx2:11.3f}  "
-              f"{info['capability']}, {info['threads']}, {info['device']}")
+        print(
+            f"{name:40} {median:8.1f} {median / off:7.3f} {median / mkl_avx2:11.3f}  "
+            f"{info['capability']}, {info['threads']}, {info['device']}"
+        )
     fixed, variable = chunking(args.rounds)
-    print(f"\nevaluation Q-values/s, 100 episodes ending one by one: fixed chunks of 16 "
-          f"{fixed:.0f}, one variable forward {variable:.0f}: ratio {fixed / variable:.3f}")
+    print(
+        f"\nevaluation Q-values/s, 100 episodes ending one by one: fixed chunks of 16 "
+        f"{fixed:.0f}, one variable forward {variable:.0f}: ratio {fixed / variable:.3f}"
+    )
 
 
 if __name__ == "__main__":

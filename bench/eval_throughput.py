@@ -86,15 +86,29 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--baseline-every", type=int, default=5,
-                        help="the slow evaluator plays every n-th episode (a rate is a rate)")
-    parser.add_argument("--checkpoint", type=Path, action="append", default=[],
-                        help="checkpoints to evaluate (default: --nets random-init Nature nets)")
+    parser.add_argument(
+        "--baseline-every",
+        type=int,
+        default=5,
+        help="the slow evaluator plays every n-th episode (a rate is a rate)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        action="append",
+        default=[],
+        help="checkpoints to evaluate (default: --nets random-init Nature nets)",
+    )
     parser.add_argument("--nets", type=int, default=6)
-    parser.add_argument("--chunk", type=int, default=None,
-                        help="Q-value chunk (default: params evaluation.inference_chunk)")
-    parser.add_argument("--raw-seconds", type=float, default=5.0,
-                        help="raw emulation time per round")
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=None,
+        help="Q-value chunk (default: params evaluation.inference_chunk)",
+    )
+    parser.add_argument(
+        "--raw-seconds", type=float, default=5.0, help="raw emulation time per round"
+    )
     args = parser.parse_args()
 
     params = common.load()
@@ -109,9 +123,17 @@ def main() -> None:
         for seed in range(args.nets):
             net = build_q_network("nature", 4, 4, 84, torch.Generator().manual_seed(seed))
             path = workdir / f"net{seed}.safetensors"
-            sha = save_weights(path, cpu_weights(net), {"step": seed, "network": "nature",
-                                                       "n_actions": 4, "history_length": 4,
-                                                       "screen_size": 84})
+            sha = save_weights(
+                path,
+                cpu_weights(net),
+                {
+                    "step": seed,
+                    "network": "nature",
+                    "n_actions": 4,
+                    "history_length": 4,
+                    "screen_size": 84,
+                },
+            )
             checkpoints.append((path, sha))
     specs = [EpisodeSpec(k, start_sequence=k) for k in range(len(sequences))]
 
@@ -127,7 +149,7 @@ def main() -> None:
         # every worker builds its emulators once per `evaluate` command (ROM loads)
         list(evaluator.evaluate_many([checkpoints[0]] * args.workers, specs))
         for first in range(0, len(checkpoints), args.workers):
-            round_checkpoints = checkpoints[first:first + args.workers]
+            round_checkpoints = checkpoints[first : first + args.workers]
             start = time.perf_counter()
             round_results = list(evaluator.evaluate_many(round_checkpoints, specs))
             ours_seconds += time.perf_counter() - start
@@ -147,19 +169,29 @@ def main() -> None:
     raw = raw_frames / protocol.frame_skip
     lengths = np.array([r.frames // protocol.frame_skip for rs in results for r in rs])
 
-    print(f"protocol: {len(specs)} episodes per checkpoint from start sequences, cap "
-          f"{protocol.max_frames} frames, Q chunk {protocol.chunk}, {args.workers} workers; "
-          f"{len(checkpoints)} checkpoints "
-          f"({'given' if args.checkpoint else 'random-init Nature nets: short, skewed episodes'})")
-    print(f"episode length (agent steps): median {np.median(lengths):.0f}, "
-          f"90th percentile {np.percentile(lengths, 90):.0f}, max {lengths.max()}")
-    print(f"batched evaluator      {ours:8.0f} agent steps/s  ({ours_steps} steps in "
-          f"{ours_seconds:.1f} s)")
-    print(f"one at a time, batch-1 {base:8.0f} agent steps/s  ({base_steps} steps, every "
-          f"{args.baseline_every}th episode, {torch.get_num_threads()} torch threads; same "
-          f"scores: {agree})")
-    print(f"raw ALE emulation      {raw:8.0f} agent steps/s  ({raw_frames:.0f} frames/s in "
-          f"{args.workers} processes, {len(raw_rates)} rounds)")
+    print(
+        f"protocol: {len(specs)} episodes per checkpoint from start sequences, cap "
+        f"{protocol.max_frames} frames, Q chunk {protocol.chunk}, {args.workers} workers; "
+        f"{len(checkpoints)} checkpoints "
+        f"({'given' if args.checkpoint else 'random-init Nature nets: short, skewed episodes'})"
+    )
+    print(
+        f"episode length (agent steps): median {np.median(lengths):.0f}, "
+        f"90th percentile {np.percentile(lengths, 90):.0f}, max {lengths.max()}"
+    )
+    print(
+        f"batched evaluator      {ours:8.0f} agent steps/s  ({ours_steps} steps in "
+        f"{ours_seconds:.1f} s)"
+    )
+    print(
+        f"one at a time, batch-1 {base:8.0f} agent steps/s  ({base_steps} steps, every "
+        f"{args.baseline_every}th episode, {torch.get_num_threads()} torch threads; same "
+        f"scores: {agree})"
+    )
+    print(
+        f"raw ALE emulation      {raw:8.0f} agent steps/s  ({raw_frames:.0f} frames/s in "
+        f"{args.workers} processes, {len(raw_rates)} rounds)"
+    )
     print(f"ratio to one-at-a-time {ours / base:8.2f}x  (target >= 3x)")
     print(f"share of raw emulation {100 * ours / raw:8.1f}%  (target >= 45%)")
 

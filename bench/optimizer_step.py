@@ -17,13 +17,21 @@ from reprodqn.dqn.network import build_q_network
 from reprodqn.dqn.optimizers import Adam, CenteredRMSprop, RMSprop
 
 PAIRS = {  # name: (ours, torch's or None, kwargs)
-    "rmsprop (authors')": (RMSprop, lambda p, **k: torch.optim.RMSprop(p, foreach=False, **k),
-                           {"lr": 2.5e-4, "alpha": 0.95, "eps": 0.01}),
-    "adam (Dopamine)": (Adam, lambda p, **k: torch.optim.Adam(p, foreach=False, fused=False,
-                                                               **k),
-                        {"lr": 6.25e-5, "betas": (0.9, 0.999), "eps": 1.5e-4}),
-    "rmsprop_centered (DeepMind)": (CenteredRMSprop, None,
-                                    {"lr": 2.5e-4, "alpha": 0.95, "eps": 0.01}),
+    "rmsprop (authors')": (
+        RMSprop,
+        lambda p, **k: torch.optim.RMSprop(p, foreach=False, **k),
+        {"lr": 2.5e-4, "alpha": 0.95, "eps": 0.01},
+    ),
+    "adam (Dopamine)": (
+        Adam,
+        lambda p, **k: torch.optim.Adam(p, foreach=False, fused=False, **k),
+        {"lr": 6.25e-5, "betas": (0.9, 0.999), "eps": 1.5e-4},
+    ),
+    "rmsprop_centered (DeepMind)": (
+        CenteredRMSprop,
+        None,
+        {"lr": 2.5e-4, "alpha": 0.95, "eps": 0.01},
+    ),
 }
 
 
@@ -66,13 +74,16 @@ def main() -> None:
             if theirs is not None:
                 their_time, their_weights = time_steps(theirs, kwargs, grads, args.steps)
                 best_theirs = min(best_theirs, their_time)
-                same = all(torch.equal(a, b) for a, b in zip(ours_weights, their_weights,
-                                                              strict=True))
+                same = all(
+                    torch.equal(a, b) for a, b in zip(ours_weights, their_weights, strict=True)
+                )
         if theirs is None:
             print(f"{name:<28} {best_ours * 1e3:>8.2f} {'-':>9} {'-':>10} (torch has none)")
         else:
-            print(f"{name:<28} {best_ours * 1e3:>8.2f} {best_theirs * 1e3:>9.2f} "
-                  f"{best_ours / best_theirs:>10.3f} {same}")
+            print(
+                f"{name:<28} {best_ours * 1e3:>8.2f} {best_theirs * 1e3:>9.2f} "
+                f"{best_ours / best_theirs:>10.3f} {same}"
+            )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,13 @@ def filled_per(config, n_step: int = 1) -> PrioritizedReplay:
     memory.size, memory.cursor = CAPACITY, 123_457
     per = PrioritizedReplay(memory, config)
     leaves = np.random.default_rng(0).gamma(1.0, size=CAPACITY) ** config.alpha
-    leaves[[i for i in range(CAPACITY) if i < 4 or i > CAPACITY - n_step - 1
-            or not memory.history_valid(i)]] = 0.0
+    leaves[
+        [
+            i
+            for i in range(CAPACITY)
+            if i < 4 or i > CAPACITY - n_step - 1 or not memory.history_valid(i)
+        ]
+    ] = 0.0
     per.tree.set_state({"leaves": leaves})
     return per
 
@@ -58,8 +63,10 @@ def per_step(per: PrioritizedReplay, stream, errors: np.ndarray, config) -> None
     """PER's share of one update: sample indices, their probabilities and weights, then
     the new priorities."""
     indices = per.sample_indices(32, stream)
-    batch = {"probabilities": per.tree.leaves[indices] / per.tree.total,
-             "population": len(per.memory)}
+    batch = {
+        "probabilities": per.tree.leaves[indices] / per.tree.total,
+        "population": len(per.memory),
+    }
     priority_rule.importance_weights(batch, config, 1_000_000)
     per.set_priorities(indices, errors)
 
@@ -79,7 +86,7 @@ def window_cost(agent, batch: dict, n_step: int) -> float:
     """R2D2's extra forward passes: online and target over 32 x (n - 1) later transitions."""
     later = dict(batch)
     later = {k: np.concatenate([v] * (n_step - 1)) for k, v in later.items()}
-    later["discounts"] = np.full(len(later["rewards"]), 0.99 ** n_step)
+    later["discounts"] = np.full(len(later["rewards"]), 0.99**n_step)
     later["rewards"] = later["rewards"].astype(np.float64)
     with torch.no_grad():
         return timed(lambda: agent.targets_and_q(later), 5)
@@ -94,8 +101,9 @@ def main() -> None:
     params = common.load(["replay.prioritized=true"])
     threads = args.threads or params.compute.threads
     device, _ = numerics.configure("cpu", threads, True)
-    agent = common.build_agent(params, device=str(device),
-                               learning_starts=params.replay.learning_starts)
+    agent = common.build_agent(
+        params, device=str(device), learning_starts=params.replay.learning_starts
+    )
     rng = np.random.default_rng(1)
     batches = [random_batches(1, params, rng)[0] for _ in range(8)]
     print(f"building a 1M-leaf tree over a 1M-step replay (threads={threads}) ...")
@@ -104,22 +112,31 @@ def main() -> None:
     update_s, per_s, uniform_s = [], [], []
     for r in range(args.rounds):  # alternating: update, PER, uniform sampling
         update_s.append(timed(lambda r=r: agent.update(batches[r % 8]), args.updates))
-        per_s.append(timed(lambda: per_step(per, stream, errors, params.priority),
-                           args.updates * 5))
+        per_s.append(
+            timed(lambda: per_step(per, stream, errors, params.priority), args.updates * 5)
+        )
         uniform_s.append(timed(lambda: uniform_step(per.memory, stream), args.updates * 5))
     update, per_time, uniform = (statistics.median(x) for x in (update_s, per_s, uniform_s))
     print(f"Nature update, batch 32: {update * 1e3:.2f} ms (median of {args.rounds} rounds)")
-    print(f"PER sampling + priority update: {per_time * 1e3:.3f} ms = "
-          f"{per_time / update:.2%} of an update (target <= 5%)")
-    print(f"  uniform index sampling, for comparison: {uniform * 1e3:.3f} ms = "
-          f"{uniform / update:.2%}; PER's extra: {(per_time - uniform) / update:.2%}")
+    print(
+        f"PER sampling + priority update: {per_time * 1e3:.3f} ms = "
+        f"{per_time / update:.2%} of an update (target <= 5%)"
+    )
+    print(
+        f"  uniform index sampling, for comparison: {uniform * 1e3:.3f} ms = "
+        f"{uniform / update:.2%}; PER's extra: {(per_time - uniform) / update:.2%}"
+    )
     window = window_cost(agent, random_batches(1, params, rng)[0], 5)
-    print(f"R2D2 window (n = 5, eta > 0): +{window / update:.0%} of an "
-          "update in forward passes over the 4 later transitions of each sample")
+    print(
+        f"R2D2 window (n = 5, eta > 0): +{window / update:.0%} of an "
+        "update in forward passes over the 4 later transitions of each sample"
+    )
     tree = SumTree(CAPACITY)
-    print(f"memory at 1M: sum tree {tree.nbytes:,} bytes ({tree.nbytes / 2**20:.1f} MiB; "
-          f"tree_bytes = {tree_bytes(CAPACITY):,}); plus 8 bytes of Python state; replay "
-          f"itself unchanged ({CAPACITY * (84 * 84 + 8) / 1e9:.2f} GB)")
+    print(
+        f"memory at 1M: sum tree {tree.nbytes:,} bytes ({tree.nbytes / 2**20:.1f} MiB; "
+        f"tree_bytes = {tree_bytes(CAPACITY):,}); plus 8 bytes of Python state; replay "
+        f"itself unchanged ({CAPACITY * (84 * 84 + 8) / 1e9:.2f} GB)"
+    )
 
 
 if __name__ == "__main__":

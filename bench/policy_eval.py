@@ -26,19 +26,42 @@ from reprodqn.envs import breakout
 
 def ours(model: Path, out: Path, args) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "reprodqn.cli", "evaluate-policy", str(model),
-                    "--out-dir", str(out), "--workers", str(args.workers), "--params",
-                    str(common.PARAMS), "--set", f"evaluation.episodes={args.episodes}",
-                    "--set", f"evaluation.max_frames={args.max_frames}"],
-                   check=True, capture_output=True, cwd=common.ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "evaluate-policy",
+            str(model),
+            "--out-dir",
+            str(out),
+            "--workers",
+            str(args.workers),
+            "--params",
+            str(common.PARAMS),
+            "--set",
+            f"evaluation.episodes={args.episodes}",
+            "--set",
+            f"evaluation.max_frames={args.max_frames}",
+        ],
+        check=True,
+        capture_output=True,
+        cwd=common.ROOT,
+    )
     return time.perf_counter() - start
 
 
 def theirs(model: DQN, args) -> float:
     env = gym.make(breakout.ENV_ID, mode="eval", max_frames=args.max_frames)
     start = time.perf_counter()
-    evaluate_policy(model, env, n_eval_episodes=args.episodes, deterministic=True,
-                    return_episode_rewards=True, warn=False)
+    evaluate_policy(
+        model,
+        env,
+        n_eval_episodes=args.episodes,
+        deterministic=True,
+        return_episode_rewards=True,
+        warn=False,
+    )
     return time.perf_counter() - start
 
 
@@ -51,19 +74,25 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "dqn.zip"
-        model = DQN("CnnPolicy", breakout.BreakoutEnv(mode="train"), buffer_size=1_000,
-                    seed=0, device="cpu")  # an untrained policy: the cost is the same
+        model = DQN(
+            "CnnPolicy", breakout.BreakoutEnv(mode="train"), buffer_size=1_000, seed=0, device="cpu"
+        )  # an untrained policy: the cost is the same
         model.save(path)
         times = {"reprodqn": [], "sb3": []}
         for round_ in range(args.rounds):
             times["reprodqn"].append(ours(path, Path(scratch) / f"out-{round_}", args))
             times["sb3"].append(theirs(model, args))
-            print(f"round {round_ + 1}/{args.rounds}: reprodqn {times['reprodqn'][-1]:.1f} s, "
-                  f"sb3 {times['sb3'][-1]:.1f} s", flush=True)
+            print(
+                f"round {round_ + 1}/{args.rounds}: reprodqn {times['reprodqn'][-1]:.1f} s, "
+                f"sb3 {times['sb3'][-1]:.1f} s",
+                flush=True,
+            )
     best = {name: min(values) for name, values in times.items()}
-    print(f"{args.episodes} episodes, cap {args.max_frames} frames: reprodqn evaluate-policy "
-          f"({args.workers} workers) {best['reprodqn']:.1f} s, SB3 evaluate_policy "
-          f"{best['sb3']:.1f} s: {best['sb3'] / best['reprodqn']:.2f}x as fast")
+    print(
+        f"{args.episodes} episodes, cap {args.max_frames} frames: reprodqn evaluate-policy "
+        f"({args.workers} workers) {best['reprodqn']:.1f} s, SB3 evaluate_policy "
+        f"{best['sb3']:.1f} s: {best['sb3'] / best['reprodqn']:.2f}x as fast"
+    )
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def fill_and_sample(kind: str, capacity: int) -> dict:
     else:  # stacked baseline: one full 4-frame stack per transition
         states = np.zeros((capacity, 4, FRAME, FRAME), np.uint8)
         for t in range(capacity):
-            states[t] = frames[t % 253: t % 253 + 4]
+            states[t] = frames[t % 253 : t % 253 + 4]
         fill = time.perf_counter() - start
         start = time.perf_counter()
         for _ in range(1000):
@@ -54,15 +54,25 @@ def fill_and_sample(kind: str, capacity: int) -> dict:
             states[idx], states[idx + 1]
         nbytes = states.nbytes
     sample = (time.perf_counter() - start) / 1000
-    return {"kind": kind, "capacity": capacity, "bytes": nbytes,
-            "bytes_per_transition": nbytes / capacity, "peak_rss": peak_rss_bytes(),
-            "fill_seconds": fill, "sample_ms": sample * 1e3}
+    return {
+        "kind": kind,
+        "capacity": capacity,
+        "bytes": nbytes,
+        "bytes_per_transition": nbytes / capacity,
+        "peak_rss": peak_rss_bytes(),
+        "fill_seconds": fill,
+        "sample_ms": sample * 1e3,
+    }
 
 
 def measure(kind: str, capacity: int) -> dict:
     """Each measurement in a fresh process, so peak RSS is its own."""
-    out = subprocess.run([sys.executable, __file__, "--child", kind, str(capacity)],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind, str(capacity)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -81,22 +91,32 @@ def main() -> None:
     full = measure("ours", args.capacity)
     gb = 1e9
     print(f"replay memory, capacity {args.capacity:,}:")
-    print(f"  bytes per transition   {full['bytes_per_transition']:,.0f} "
-          f"(frames alone {FRAME * FRAME:,})")
+    print(
+        f"  bytes per transition   {full['bytes_per_transition']:,.0f} "
+        f"(frames alone {FRAME * FRAME:,})"
+    )
     print(f"  arrays                 {full['bytes'] / gb:.3f} GB")
-    print(f"  peak RSS               {full['peak_rss'] / gb:.3f} GB "
-          f"({full['peak_rss'] / 2**30:.3f} GiB)  target <= 7.3 GB")
+    print(
+        f"  peak RSS               {full['peak_rss'] / gb:.3f} GB "
+        f"({full['peak_rss'] / 2**30:.3f} GiB)  target <= 7.3 GB"
+    )
     print(f"  fill {full['fill_seconds']:.1f} s, sample(32) {full['sample_ms']:.3f} ms")
     print(f"baseline at capacity {args.baseline_capacity:,} (same run):")
-    print(f"  stacked        {small_base['bytes_per_transition']:,.0f} B/transition, "
-          f"peak RSS {small_base['peak_rss'] / gb:.3f} GB, "
-          f"sample(32) {small_base['sample_ms']:.3f} ms")
-    print(f"  ours           {small_ours['bytes_per_transition']:,.0f} B/transition, "
-          f"peak RSS {small_ours['peak_rss'] / gb:.3f} GB, "
-          f"sample(32) {small_ours['sample_ms']:.3f} ms")
+    print(
+        f"  stacked        {small_base['bytes_per_transition']:,.0f} B/transition, "
+        f"peak RSS {small_base['peak_rss'] / gb:.3f} GB, "
+        f"sample(32) {small_base['sample_ms']:.3f} ms"
+    )
+    print(
+        f"  ours           {small_ours['bytes_per_transition']:,.0f} B/transition, "
+        f"peak RSS {small_ours['peak_rss'] / gb:.3f} GB, "
+        f"sample(32) {small_ours['sample_ms']:.3f} ms"
+    )
     ratio = small_ours["bytes_per_transition"] / small_base["bytes_per_transition"]
-    print(f"  ratio ours/stacked bytes per transition: {ratio:.3f} "
-          f"(stacked at 1M would need {small_base['bytes_per_transition'] * 1e6 / gb:.1f} GB)")
+    print(
+        f"  ratio ours/stacked bytes per transition: {ratio:.3f} "
+        f"(stacked at 1M would need {small_base['bytes_per_transition'] * 1e6 / gb:.1f} GB)"
+    )
 
 
 if __name__ == "__main__":

@@ -31,10 +31,16 @@ def main() -> None:
     agents = {}
     for dtype in ("float64", "float32"):
         config = params.agent.model_copy(update={"target_dtype": dtype})
-        agents[dtype] = DQNAgent(config, n_actions=4, history_length=4, screen_size=84,
-                                 device=device, init_generator=torch.Generator().manual_seed(0),
-                                 learning_starts=params.replay.learning_starts,
-                                 reward_clip=params.env.reward_clip)
+        agents[dtype] = DQNAgent(
+            config,
+            n_actions=4,
+            history_length=4,
+            screen_size=84,
+            device=device,
+            init_generator=torch.Generator().manual_seed(0),
+            learning_starts=params.replay.learning_starts,
+            reward_clip=params.env.reward_clip,
+        )
     batches = random_batches(args.updates + 20, params, np.random.default_rng(0))
     seconds = dict.fromkeys(agents, 0.0)
     for k, batch in enumerate(batches):
@@ -46,9 +52,11 @@ def main() -> None:
             if k >= 20:  # warm-up
                 seconds[dtype] += time.perf_counter() - start
     per = {dtype: 1000 * s / args.updates for dtype, s in seconds.items()}
-    print(f"float64 targets {per['float64']:.3f} ms/update, float32 {per['float32']:.3f} "
-          f"ms/update ({args.updates} updates, Nature network, batch 32, "
-          f"{params.compute.threads} thread)")
+    print(
+        f"float64 targets {per['float64']:.3f} ms/update, float32 {per['float32']:.3f} "
+        f"ms/update ({args.updates} updates, Nature network, batch 32, "
+        f"{params.compute.threads} thread)"
+    )
     print(f"ratio float64 / float32: {per['float64'] / per['float32']:.4f}")
 
 

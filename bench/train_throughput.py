@@ -39,8 +39,9 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=500, help="agent steps per round")
     parser.add_argument("--threads", type=int, default=None, help="default: params value")
     parser.add_argument("--warmup", type=int, default=5000, help="steps before learning")
-    parser.add_argument("--phase", choices=sorted(PHASES), default=None,
-                        help="one phase only (default: both)")
+    parser.add_argument(
+        "--phase", choices=sorted(PHASES), default=None, help="one phase only (default: both)"
+    )
     args = parser.parse_args()
     for phase, schedule in PHASES.items():
         if args.phase in (None, phase):
@@ -57,8 +58,9 @@ def measure(phase: str, schedule: list[str], args) -> None:
     if args.threads:
         overrides.append(f"compute.threads={args.threads}")
     config = resolve_run(load_params(common.PARAMS, overrides), "deterministic", 0)
-    device, applied = numerics.configure(config.compute.device, config.compute.threads,
-                                            config.compute.deterministic_gpu)
+    device, applied = numerics.configure(
+        config.compute.device, config.compute.threads, config.compute.deterministic_gpu
+    )
     run = Run(config, Path(tempfile.mkdtemp()), device)
     while run.step < args.warmup + 40:  # fill replay, then warm the kernels up
         run.advance()
@@ -86,11 +88,15 @@ def measure(phase: str, schedule: list[str], args) -> None:
     ours = total / train_seconds
     bound = total / bound_seconds
     epsilon = run.agent.epsilon.value
-    print(f"{phase}: epsilon {epsilon:.3f}; device {applied['device']}, torch threads "
-          f"{applied['torch_threads']}, network {config.agent.network}, batch "
-          f"{config.agent.batch_size}, update every {config.agent.update_every} steps")
-    print(f"training loop  {ours:8.1f} agent steps/s  ({total} steps, {updates} updates, "
-          f"{args.rounds} rounds)")
+    print(
+        f"{phase}: epsilon {epsilon:.3f}; device {applied['device']}, torch threads "
+        f"{applied['torch_threads']}, network {config.agent.network}, batch "
+        f"{config.agent.batch_size}, update every {config.agent.update_every} steps"
+    )
+    print(
+        f"training loop  {ours:8.1f} agent steps/s  ({total} steps, {updates} updates, "
+        f"{args.rounds} rounds)"
+    )
     print(f"updates alone  {bound:8.1f} agent steps/s  (the same {updates} updates)")
     print(f"ratio          {ours / bound:8.3f}  (target >= 0.85)")
 

@@ -44,6 +44,7 @@ def core_mhz() -> float:
 
 # -- the options: each a context applied around an agent's updates -----------------------------
 
+
 @contextlib.contextmanager
 def forward_replaced(forward):
     """QNetwork.forward swapped for the duration (every network of the agent at once)."""
@@ -58,6 +59,7 @@ def forward_replaced(forward):
 @contextlib.contextmanager
 def out_of_place_scaling(agent):
     """Kept, shown reverted: x / 255 allocates a second 3.6 MB buffer per batch."""
+
     def forward(self, frames):
         x = self.layers(frames.float() / 255.0)
         if not self.dueling:
@@ -128,8 +130,9 @@ def foreach_rmsprop(agent):
     """torch.optim.RMSprop's multi-tensor (foreach) implementation, eps and lr the same."""
     group = agent.optimizer.param_groups[0]
     original = agent.optimizer
-    replacement = torch.optim.RMSprop(group["params"], lr=group["lr"], alpha=group["alpha"],
-                                      eps=group["eps"], foreach=True)
+    replacement = torch.optim.RMSprop(
+        group["params"], lr=group["lr"], alpha=group["alpha"], eps=group["eps"], foreach=True
+    )
     replacement.load_state_dict(original.state_dict())
     agent.optimizer = replacement
     try:
@@ -164,8 +167,10 @@ OPTIONS = {
 
 # -- phases --------------------------------------------------------------------------------------
 
+
 def timed_update(agent, batch, clock: dict) -> None:
     """DQNAgent.update's code with a clock between its parts."""
+
     def tick(name, start):
         now = time.perf_counter()
         clock[name] = clock.get(name, 0.0) + now - start
@@ -221,16 +226,20 @@ def main() -> None:
     updates = args.rounds * len(batches)
     per_update = sum(clock.values()) / updates
     peak = 32 * core_mhz() * 1e6 * args.threads
-    print(f"one update: Nature network, batch {params.agent.batch_size}, "
-          f"{args.threads} thread(s), ISA {torch.backends.cpu.get_cpu_capability()}, "
-          f"allocator {applied['allocator']['malloc']}")
+    print(
+        f"one update: Nature network, batch {params.agent.batch_size}, "
+        f"{args.threads} thread(s), ISA {torch.backends.cpu.get_cpu_capability()}, "
+        f"allocator {applied['allocator']['malloc']}"
+    )
     print(f"{'phase':38} {'ms':>8} {'share':>6}")
     for name, seconds in clock.items():
         print(f"{name:38} {seconds / updates * 1e3:8.2f} {seconds / sum(clock.values()):6.1%}")
     print(f"{'total':38} {per_update * 1e3:8.2f}")
-    print(f"FLOPs per update (conv + matmul): {flops / 1e9:.3f} GFLOP -> "
-          f"{flops / per_update / 1e9:.1f} GFLOP/s; AVX2 FP32 peak at {core_mhz():.0f} MHz: "
-          f"{peak / 1e9:.1f} GFLOP/s ({flops / per_update / peak:.0%} of peak)")
+    print(
+        f"FLOPs per update (conv + matmul): {flops / 1e9:.3f} GFLOP -> "
+        f"{flops / per_update / 1e9:.1f} GFLOP/s; AVX2 FP32 peak at {core_mhz():.0f} MHz: "
+        f"{peak / 1e9:.1f} GFLOP/s ({flops / per_update / peak:.0%} of peak)"
+    )
 
     # options: same start, same minibatches, alternating timed blocks
     agents = {"baseline": copy.deepcopy(agent)}
@@ -254,8 +263,10 @@ def main() -> None:
         baseline = state_of(agents["baseline"])
         for name in OPTIONS:
             if name not in errors:
-                same_bits[name] &= all(torch.equal(a, b.contiguous()) for a, b in
-                                       zip(baseline, state_of(agents[name]), strict=True))
+                same_bits[name] &= all(
+                    torch.equal(a, b.contiguous())
+                    for a, b in zip(baseline, state_of(agents[name]), strict=True)
+                )
     base = statistics.median(times["baseline"])
     print(f"\n{'option':42} {'ms/update':>9} {'speed-up':>8}  bits")
     print(f"{'baseline (as the agent trains)':42} {base * 1e3:9.2f} {1.0:8.3f}")
@@ -264,8 +275,10 @@ def main() -> None:
             print(f"{name:42} {'-':>9} {'-':>8}  fails: {errors[name]}")
             continue
         median = statistics.median(times[name])
-        print(f"{name:42} {median * 1e3:9.2f} {base / median:8.3f}  "
-              f"{'same' if same_bits[name] else 'DIFFERENT'}")
+        print(
+            f"{name:42} {median * 1e3:9.2f} {base / median:8.3f}  "
+            f"{'same' if same_bits[name] else 'DIFFERENT'}"
+        )
 
 
 if __name__ == "__main__":

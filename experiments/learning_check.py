@@ -85,9 +85,12 @@ def probe(net, protocol: Protocol, sequences, histories) -> dict:
     specs = [EpisodeSpec(k, start_sequence=k) for k in range(len(sequences))]
     scores = [r.score for r in play(net, specs, protocol, sequences)]
     q = q_values(net, histories, protocol.chunk).astype(np.float64)
-    return {"score": float(np.mean(scores)), "max_q": float(q.max(axis=1).mean()),
-            "greedy_actions": int(len(np.unique(q.argmax(axis=1)))),
-            "q_spread": float(q.std(axis=0).mean())}
+    return {
+        "score": float(np.mean(scores)),
+        "max_q": float(q.max(axis=1).mean()),
+        "greedy_actions": int(len(np.unique(q.argmax(axis=1)))),
+        "q_spread": float(q.std(axis=0).mean()),
+    }
 
 
 def probe_checkpoint(run_dir: Path, line: dict, protocol, sequences, histories) -> dict:
@@ -97,12 +100,18 @@ def probe_checkpoint(run_dir: Path, line: dict, protocol, sequences, histories) 
 
 
 def config_for(args):
-    overrides = [f"train.steps={args.steps}", f"train.checkpoint_every={args.checkpoint_every}",
-                 f"train.resume_every={args.resume_every}", f"compute.threads={args.threads}",
-                 "compute.device=cpu"]
-    for flag, key in (("epsilon_decay_steps", "agent.epsilon_decay_steps"),
-                      ("learning_starts", "replay.learning_starts"),
-                      ("capacity", "replay.capacity")):
+    overrides = [
+        f"train.steps={args.steps}",
+        f"train.checkpoint_every={args.checkpoint_every}",
+        f"train.resume_every={args.resume_every}",
+        f"compute.threads={args.threads}",
+        "compute.device=cpu",
+    ]
+    for flag, key in (
+        ("epsilon_decay_steps", "agent.epsilon_decay_steps"),
+        ("learning_starts", "replay.learning_starts"),
+        ("capacity", "replay.capacity"),
+    ):
         if getattr(args, flag) is not None:
             overrides.append(f"{key}={getattr(args, flag)}")
     overrides += args.set
@@ -113,45 +122,66 @@ def config_for(args):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="dqn",
-                        help="dqn (params.yaml as it is) or one of "
-                        f"{', '.join(preset_names(ROOT / 'params.yaml'))}")
+    parser.add_argument(
+        "--preset",
+        default="dqn",
+        help="dqn (params.yaml as it is) or one of "
+        f"{', '.join(preset_names(ROOT / 'params.yaml'))}",
+    )
     parser.add_argument("--steps", type=int, default=500_000)
     parser.add_argument("--checkpoint-every", type=int, default=50_000)
-    parser.add_argument("--resume-every", type=int, default=250_000,
-                        help="resume points (replay included); rerun the command to resume")
+    parser.add_argument(
+        "--resume-every",
+        type=int,
+        default=250_000,
+        help="resume points (replay included); rerun the command to resume",
+    )
     parser.add_argument("--epsilon-decay-steps", type=int, default=None)
     parser.add_argument("--learning-starts", type=int, default=None)
     parser.add_argument("--capacity", type=int, default=None)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a diagnostic departure from the paper's values, e.g. "
-                             "agent.rmsprop_eps=1e-6 (named in the header)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a diagnostic departure from the paper's values, e.g. "
+        "agent.rmsprop_eps=1e-6 (named in the header)",
+    )
     parser.add_argument("--states", type=int, default=20, help="authors' start states used")
     parser.add_argument("--max-frames", type=int, default=18_000)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("build/learning-check"))
-    parser.add_argument("--reprobe", action="store_true",
-                        help="train nothing: probe again every checkpoint the run in --out "
-                             "has written, and rewrite its learning_check.jsonl")
+    parser.add_argument(
+        "--reprobe",
+        action="store_true",
+        help="train nothing: probe again every checkpoint the run in --out "
+        "has written, and rewrite its learning_check.jsonl",
+    )
     args = parser.parse_args()
     if args.reprobe and not (args.out / "run" / "hashes.jsonl").exists():
         raise SystemExit(f"{args.out / 'run'}: no hashes.jsonl; nothing to probe (train first)")
     params, config = config_for(args)
     doc = start_states.load(ROOT / params.evaluation.start_sequences)
-    sequences = doc["sequences"][:args.states]
+    sequences = doc["sequences"][: args.states]
     evaluation = params.evaluation.model_copy(update={"max_frames": args.max_frames})
     protocol = Protocol.for_run(config, evaluation)
     histories = end_state_histories(sequences, protocol)
-    print(f"learning check: {algorithm_name(config)}, {args.steps:,} steps, epsilon "
-          f"{config.agent.epsilon_start}->{config.agent.epsilon_final} over "
-          f"{config.agent.epsilon_decay_steps:,} from step {config.replay.learning_starts:,}, "
-          f"replay {config.replay.capacity:,}; {len(sequences)} authors' start states, "
-          f"{args.max_frames} frames; run in {args.out}", flush=True)
+    print(
+        f"learning check: {algorithm_name(config)}, {args.steps:,} steps, epsilon "
+        f"{config.agent.epsilon_start}->{config.agent.epsilon_final} over "
+        f"{config.agent.epsilon_decay_steps:,} from step {config.replay.learning_starts:,}, "
+        f"replay {config.replay.capacity:,}; {len(sequences)} authors' start states, "
+        f"{args.max_frames} frames; run in {args.out}",
+        flush=True,
+    )
     if args.set:
         print(f"departures from the paper's values: {', '.join(args.set)}", flush=True)
     random_policy = probe(RandomPolicy(4), protocol, sequences, histories)
-    print(f"{'step':>9} {'score':>7} {'max_q':>8} {'acts':>4} {'spread':>8} | {'step-0':>7} "
-          f"{'acts':>4} {'spread':>8} | {'random':>7} | {'elapsed':>8}", flush=True)
+    print(
+        f"{'step':>9} {'score':>7} {'max_q':>8} {'acts':>4} {'spread':>8} | {'step-0':>7} "
+        f"{'acts':>4} {'spread':>8} | {'random':>7} | {'elapsed':>8}",
+        flush=True,
+    )
     run_dir, log = args.out / "run", args.out / "learning_check.jsonl"
     start, lines, step0 = time.monotonic(), [], None
 
@@ -159,19 +189,26 @@ def main() -> None:
         nonlocal step0
         if step0 is None:  # the step-0 network: this run's first checkpoint
             first = workspace.read_hashes(run_dir)[0]
-            step0 = (found if step == first["step"] else
-                     probe_checkpoint(run_dir, first, protocol, sequences, histories))
-        lines.append(json.dumps({"step": step, **found, "step0": step0,
-                                 "random": random_policy}) + "\n")
+            step0 = (
+                found
+                if step == first["step"]
+                else probe_checkpoint(run_dir, first, protocol, sequences, histories)
+            )
+        lines.append(
+            json.dumps({"step": step, **found, "step0": step0, "random": random_policy}) + "\n"
+        )
         if args.reprobe:
             write_text(log, "".join(lines))  # whole, or not at all
         else:
             with open(log, "a") as handle:
                 handle.write(lines[-1])
-        print(f"{step:>9,} {found['score']:>7.2f} {found['max_q']:>8.4f} "
-              f"{found['greedy_actions']:>4} {found['q_spread']:>8.5f} | {step0['score']:>7.2f} "
-              f"{step0['greedy_actions']:>4} {step0['q_spread']:>8.5f} | "
-              f"{random_policy['score']:>7.2f} | {time.monotonic() - start:>7.0f}s", flush=True)
+        print(
+            f"{step:>9,} {found['score']:>7.2f} {found['max_q']:>8.4f} "
+            f"{found['greedy_actions']:>4} {found['q_spread']:>8.5f} | {step0['score']:>7.2f} "
+            f"{step0['greedy_actions']:>4} {step0['q_spread']:>8.5f} | "
+            f"{random_policy['score']:>7.2f} | {time.monotonic() - start:>7.0f}s",
+            flush=True,
+        )
 
     if args.reprobe:
         for line in workspace.read_hashes(run_dir):
@@ -179,9 +216,15 @@ def main() -> None:
         return
     for event in train(config, run_dir):
         if isinstance(event, CheckpointWritten):
-            record(event.step, probe(load_network(event.path, event.weights_sha256,
-                                                  torch.device("cpu")),
-                                     protocol, sequences, histories))
+            record(
+                event.step,
+                probe(
+                    load_network(event.path, event.weights_sha256, torch.device("cpu")),
+                    protocol,
+                    sequences,
+                    histories,
+                ),
+            )
 
 
 if __name__ == "__main__":

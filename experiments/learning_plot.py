@@ -23,9 +23,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-PANELS = (("score", "greedy score on the authors' start states"), ("max_q", "mean max_a Q"),
-          ("greedy_actions", "distinct greedy actions"),
-          ("q_spread", "Q's spread across start states (log)"))
+PANELS = (
+    ("score", "greedy score on the authors' start states"),
+    ("max_q", "mean max_a Q"),
+    ("greedy_actions", "distinct greedy actions"),
+    ("q_spread", "Q's spread across start states (log)"),
+)
 
 
 def read(path: Path) -> list[dict]:
@@ -46,10 +49,18 @@ def draw_dopamine(ax, path: Path, last_step: int) -> None:
     except (OSError, json.JSONDecodeError, KeyError) as error:
         sys.exit(f"{path}: not a Dopamine reference file ({error})")
     for style, (name, agent) in zip(("-.", ":"), agents.items(), strict=False):
-        points = [((i + 0.5) * size, value) for i, value in enumerate(agent["returns"])
-                  if i * size <= last_step]
-        ax.plot(*zip(*points, strict=True), ls=style, color="grey", lw=1.5,
-                label=f"{name}: training return, sticky actions")
+        points = [
+            ((i + 0.5) * size, value)
+            for i, value in enumerate(agent["returns"])
+            if i * size <= last_step
+        ]
+        ax.plot(
+            *zip(*points, strict=True),
+            ls=style,
+            color="grey",
+            lw=1.5,
+            label=f"{name}: training return, sticky actions",
+        )
 
 
 def markdown_table(runs: list[tuple[str, list[dict]]]) -> str:
@@ -63,26 +74,42 @@ def markdown_table(runs: list[tuple[str, list[dict]]]) -> str:
         cells = [f"{step // 1000}K"]
         for lines in by_step:
             line = lines.get(step)
-            cells.append("—" if line is None else
-                         f"**{line['score']:.2f}** ({line['greedy_actions']}, "
-                         f"{line['q_spread']:.2g})")
+            cells.append(
+                "—"
+                if line is None
+                else f"**{line['score']:.2f}** ({line['greedy_actions']}, {line['q_spread']:.2g})"
+            )
         rows.append("| " + " | ".join(cells) + " |")
-    return ("Each cell: greedy score (distinct greedy actions, Q's spread across the states).\n\n"
-            + "\n".join(rows) + "\n")
+    return (
+        "Each cell: greedy score (distinct greedy actions, Q's spread across the states).\n\n"
+        + "\n".join(rows)
+        + "\n"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", metavar="LABEL=JSONL")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--title", default="Learning checks on Breakout: ε 1→0.1 over 100K "
-                        "steps from step 20K, replay 300K; greedy play on the authors' 100 "
-                        "start states, 18,000-frame cap")
-    parser.add_argument("--dopamine", type=Path, default=None,
-                        help="docs/learning/dopamine-breakout.json: their per-iteration "
-                             "training returns, drawn on the score panel")
-    parser.add_argument("--markdown", type=Path, default=None,
-                        help="also write the runs as the README's markdown table here")
+    parser.add_argument(
+        "--title",
+        default="Learning checks on Breakout: ε 1→0.1 over 100K "
+        "steps from step 20K, replay 300K; greedy play on the authors' 100 "
+        "start states, 18,000-frame cap",
+    )
+    parser.add_argument(
+        "--dopamine",
+        type=Path,
+        default=None,
+        help="docs/learning/dopamine-breakout.json: their per-iteration "
+        "training returns, drawn on the score panel",
+    )
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        help="also write the runs as the README's markdown table here",
+    )
     args = parser.parse_args()
     runs = []
     for item in args.runs:
@@ -97,33 +124,51 @@ def main() -> None:
         step0: dict[float, list[tuple[int, str]]] = {}  # runs sharing an initialisation: one line
         for colour, (label, lines) in enumerate(runs):
             shown = [line for line in lines if key in line]  # older logs lack q_spread
-            ax.plot([line["step"] for line in shown], [line[key] for line in shown],
-                    marker="o", ms=3, color=f"C{colour}", label=label)
+            ax.plot(
+                [line["step"] for line in shown],
+                [line[key] for line in shown],
+                marker="o",
+                ms=3,
+                color=f"C{colour}",
+                label=label,
+            )
             if key in lines[0]["step0"]:
                 step0.setdefault(lines[0]["step0"][key], []).append((colour, label))
         for value, sharing in step0.items():
-            ax.axhline(value, color=f"C{sharing[0][0]}", ls="--", lw=0.8, alpha=0.6,
-                       label=("step-0 network: " + ", ".join(label for _, label in sharing)
-                              if key == "score" else None))  # named once, in the legend
+            ax.axhline(
+                value,
+                color=f"C{sharing[0][0]}",
+                ls="--",
+                lw=0.8,
+                alpha=0.6,
+                label=(
+                    "step-0 network: " + ", ".join(label for _, label in sharing)
+                    if key == "score"
+                    else None
+                ),
+            )  # named once, in the legend
         first = runs[0][1][0]
         if key == "score" and args.dopamine:
-            draw_dopamine(ax, args.dopamine, max(line["step"] for _, lines in runs
-                                                 for line in lines))
+            draw_dopamine(
+                ax, args.dopamine, max(line["step"] for _, lines in runs for line in lines)
+            )
         if key == "q_spread":
             ax.set_yscale("log")
         elif key != "max_q":  # a random policy's Q-values are noise
             ax.axhline(first["random"][key], color="black", ls=":", lw=1, label="uniform random")
         ax.set_title(name)
         ax.set_xlabel("agent steps")
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
-            lambda x, _: f"{x / 1000:.0f}K"))
+        ax.xaxis.set_major_formatter(
+            matplotlib.ticker.FuncFormatter(lambda x, _: f"{x / 1000:.0f}K")
+        )
         ax.grid(alpha=0.3)
     handles = {}
     for ax in axes:  # one legend for all panels, below them
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, handle)
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=8,
-               frameon=False)
+    fig.legend(
+        handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=8, frameon=False
+    )
     fig.suptitle(args.title)
     fig.tight_layout(rect=(0, 0.2, 1, 1))
     args.out.parent.mkdir(parents=True, exist_ok=True)

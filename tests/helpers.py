@@ -16,13 +16,20 @@ PARAMS = ROOT / "params.yaml"
 # A smoke-sized run of the real trainer: a few hundred steps, updates from step 200; as a
 # params overlay (for whole pipelines) and as --set overrides (for single runs).
 TINY_OVERLAY = {
-    "agent": {"network": "nips", "batch_size": 8, "target_sync_every": 100,
-              "epsilon_decay_steps": 300},
+    "agent": {
+        "network": "nips",
+        "batch_size": 8,
+        "target_sync_every": 100,
+        "epsilon_decay_steps": 300,
+    },
     "replay": {"capacity": 1000, "learning_starts": 200},
     "train": {"steps": 600, "checkpoint_every": 200, "resume_every": 300, "log_every": 100},
 }
-TINY = [f"{section}.{key}={value}" for section, values in TINY_OVERLAY.items()
-        for key, value in values.items()]
+TINY = [
+    f"{section}.{key}={value}"
+    for section, values in TINY_OVERLAY.items()
+    for key, value in values.items()
+]
 
 # the other optimizers DQN was trained with, as --set overrides (DeepMind 2015; Dopamine)
 CENTERED = ["agent.optimizer=rmsprop_centered", "agent.loss_reduction=sum"]
@@ -56,8 +63,20 @@ def stop_after_first_resume_point(params, run_dir: Path) -> int:
 
 def train_command(runs: Path, overrides: list[str]) -> list[str]:
     """`reprodqn train` of deterministic/0 into `runs`, as a subprocess's argv."""
-    argv = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "deterministic", "--run",
-            "0", "--params", str(PARAMS), "--runs-dir", str(runs)]
+    argv = [
+        sys.executable,
+        "-m",
+        "reprodqn.cli",
+        "train",
+        "--group",
+        "deterministic",
+        "--run",
+        "0",
+        "--params",
+        str(PARAMS),
+        "--runs-dir",
+        str(runs),
+    ]
     for item in overrides:
         argv += ["--set", item]
     return argv
@@ -82,9 +101,14 @@ def fake_run(group, index, curve, chains=None, steps=(0, 100, 200)):
     from reprodqn.report.analysis import RunResult
 
     chains = chains or [f"w{s}" for s in steps]
-    result = RunResult(group, index, [{"step": s, "weights_sha256": w,
-                                       "loss_chain_sha256": f"l{w}"} for s, w in
-                                      zip(steps, chains, strict=True)])
+    result = RunResult(
+        group,
+        index,
+        [
+            {"step": s, "weights_sha256": w, "loss_chain_sha256": f"l{w}"}
+            for s, w in zip(steps, chains, strict=True)
+        ],
+    )
     result.steps = list(steps)
     result.scores = {s: [c - 1.0, c + 1.0] for s, c in zip(steps, curve, strict=True)}
     result.conditions = {"device_name": "cpu"}
@@ -94,15 +118,20 @@ def fake_run(group, index, curve, chains=None, steps=(0, 100, 200)):
 def fake_study(deterministic_runs=None):
     """Six groups of three runs with known spreads (the deterministic and gpu ones none)."""
     return {
-        "deterministic": deterministic_runs or [fake_run("deterministic", i, [1, 5, 3])
-                                                for i in range(3)],
+        "deterministic": deterministic_runs
+        or [fake_run("deterministic", i, [1, 5, 3]) for i in range(3)],
         "gpu": [fake_run("gpu", i, [1, 5, 3]) for i in range(3)],
-        "environment": [fake_run("environment", i, c) for i, c in
-                        enumerate([[0, 2, 1], [0, 4, 4], [0, 6, 2]])],
-        "exploration": [fake_run("exploration", i, c) for i, c in
-                        enumerate([[1, 5, 5], [1, 7, 6], [1, 9, 4]])],
-        "initialization": [fake_run("initialization", i, c) for i, c in
-                           enumerate([[2, 3, 1], [1, 10, 9], [0, 2, 2]])],
-        "minibatch": [fake_run("minibatch", i, c) for i, c in
-                      enumerate([[1, 5, 3], [1, 6, 3], [1, 5, 4]])],
+        "environment": [
+            fake_run("environment", i, c) for i, c in enumerate([[0, 2, 1], [0, 4, 4], [0, 6, 2]])
+        ],
+        "exploration": [
+            fake_run("exploration", i, c) for i, c in enumerate([[1, 5, 5], [1, 7, 6], [1, 9, 4]])
+        ],
+        "initialization": [
+            fake_run("initialization", i, c)
+            for i, c in enumerate([[2, 3, 1], [1, 10, 9], [0, 2, 2]])
+        ],
+        "minibatch": [
+            fake_run("minibatch", i, c) for i, c in enumerate([[1, 5, 3], [1, 6, 3], [1, 5, 4]])
+        ],
     }

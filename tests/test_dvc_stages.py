@@ -29,7 +29,8 @@ def test_every_stage_depends_on_exactly_the_modules_it_runs():
         declared = {d for d in stages[stage].get("deps", []) if d.startswith("src/")}
         assert declared == expected, (
             f"{stage}: missing {sorted(expected - declared)}, extra {sorted(declared - expected)}"
-            "; run make dvc-deps")
+            "; run make dvc-deps"
+        )
     assert "src/reprodqn/dqn/agent.py" in stages["train"]["deps"]  # the closure is followed
     assert "src/reprodqn/forensics/audit.py" not in stages["train"]["deps"]
 

@@ -32,8 +32,19 @@ MAX_FUNCTION_LINES = 60
 def test_every_module_sits_in_a_subpackage_that_says_what_it_may_import():
     assert not [p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
     layers = declared_layers()
-    assert set(layers) == {"core", "determinism", "config", "dqn", "training", "evaluation",
-                           "envs", "study", "report", "forensics", "cli"}
+    assert set(layers) == {
+        "core",
+        "determinism",
+        "config",
+        "dqn",
+        "training",
+        "evaluation",
+        "envs",
+        "study",
+        "report",
+        "forensics",
+        "cli",
+    }
     assert layers["core"] == set() and all(set(a) <= set(layers) for a in layers.values())
 
 
@@ -50,7 +61,8 @@ def test_imports_follow_the_data_flow_between_subpackages():
     assert not layer_violations(graph, layers)
     planted = {**graph, "reprodqn.core.workspace": {"reprodqn.training.loop"}}
     assert layer_violations(planted, layers) == [
-        "reprodqn.core.workspace imports reprodqn.training.loop"]  # the check can fail
+        "reprodqn.core.workspace imports reprodqn.training.loop"
+    ]  # the check can fail
     order = layer_order(layers)  # raises on a cycle
     assert order[0] == "core" and order[-1] == "cli"
     with pytest.raises(ValueError, match="cycle"):
@@ -58,8 +70,11 @@ def test_imports_follow_the_data_flow_between_subpackages():
 
 
 def test_no_module_is_longer_than_its_concern_allows():
-    long = {p.relative_to(PACKAGE).as_posix(): n for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    long = {
+        p.relative_to(PACKAGE).as_posix(): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
     assert not long
 
 
@@ -107,19 +122,32 @@ def record_name_literals(tree: ast.Module) -> list[str]:
     """String constants in code (docstrings aside) that spell a record's file name."""
     from reprodqn.core import workspace
 
-    names = {value for key, value in vars(workspace).items()
-             if key.isupper() and isinstance(value, str) and "." in value}
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
-                  and node.body and isinstance(node.body[0], ast.Expr)}
-    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
-            and node.value in names and id(node) not in docstrings]
+    names = {
+        value
+        for key, value in vars(workspace).items()
+        if key.isupper() and isinstance(value, str) and "." in value
+    }
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings
+    ]
 
 
 def test_record_names_are_spelled_only_in_workspace():
     """One owner for every run-folder and result file name: a literal elsewhere fails."""
-    spelled = {name: found for name, tree in modules().items()
-               if name != "reprodqn.core.workspace" and (found := record_name_literals(tree))}
+    spelled = {
+        name: found
+        for name, tree in modules().items()
+        if name != "reprodqn.core.workspace" and (found := record_name_literals(tree))
+    }
     assert not spelled
     planted = ast.parse('path = run_dir / "complete.json"\n')
     assert record_name_literals(planted) == ["complete.json"]  # the check can fail
@@ -128,19 +156,28 @@ def test_record_names_are_spelled_only_in_workspace():
 def test_digests_are_made_only_in_core_digests():
     """sha256 of canonical JSON is written once (core.digests); a module hashing JSON by
     hand would make a second, possibly different, digest of the same value."""
-    by_hand = [name for name, tree in modules().items() if name != "reprodqn.core.digests"
-               and any(isinstance(n, ast.Attribute) and n.attr == "dumps" and
-                       isinstance(n.value, ast.Name) and n.value.id == "json"
-                       for call in ast.walk(tree) if isinstance(call, ast.Call)
-                       and getattr(call.func, "attr", None) == "sha256"
-                       for n in ast.walk(call))]
+    by_hand = [
+        name
+        for name, tree in modules().items()
+        if name != "reprodqn.core.digests"
+        and any(
+            isinstance(n, ast.Attribute)
+            and n.attr == "dumps"
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "json"
+            for call in ast.walk(tree)
+            if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "sha256"
+            for n in ast.walk(call)
+        )
+    ]
     assert not by_hand
 
 
 def test_the_parameter_reference_is_generated_from_the_params_models():
     """docs/parameters.md is the models' descriptions and params.yaml's comments, current."""
-    assert (ROOT / "docs" / "parameters.md").read_text() == parameters_page(), \
+    assert (ROOT / "docs" / "parameters.md").read_text() == parameters_page(), (
         "docs/parameters.md is stale: run make docs-tables"
+    )
     assert "| `replay.capacity` |" in parameters_page()
 
 

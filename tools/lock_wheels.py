@@ -46,17 +46,21 @@ class Target:
         """Every wheel tag this interpreter accepts, on x86_64 Linux."""
         major, minor = self.glibc
         platforms = [f"manylinux_{major}_{m}_x86_64" for m in range(minor, 4, -1)]
-        platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64",
-                      "linux_x86_64"]
+        platforms += [
+            "manylinux2014_x86_64",
+            "manylinux2010_x86_64",
+            "manylinux1_x86_64",
+            "linux_x86_64",
+        ]
         return set(cpython_tags(self.python, platforms=platforms)) | set(
-            compatible_tags(self.python, platforms=platforms))
+            compatible_tags(self.python, platforms=platforms)
+        )
 
 
 # the bases the Dockerfile supports, with their own Python and glibc
 TARGETS = (
     Target("Debian bookworm (CI's base; Python 3.11, glibc 2.36)", (3, 11), (2, 36)),
-    Target("nvidia/cuda:13.0.1-runtime-ubuntu24.04 (Python 3.12, glibc 2.39)", (3, 12),
-           (2, 39)),
+    Target("nvidia/cuda:13.0.1-runtime-ubuntu24.04 (Python 3.12, glibc 2.39)", (3, 12), (2, 39)),
 )
 
 
@@ -80,14 +84,18 @@ def read_lock(text: str) -> list[Locked]:
 
 def index_files(name: str, index: str = INDEX) -> list[dict]:
     """The registry's files for a project: filename and hashes (PEP 691 JSON)."""
-    request = urllib.request.Request(f"{index}/{name}/",
-                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    request = urllib.request.Request(
+        f"{index}/{name}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         return json.load(response)["files"]
 
 
-def missing(entries: Iterable[Locked], targets: Iterable[Target],
-            files: Callable[[str], list[dict]] = index_files) -> list[str]:
+def missing(
+    entries: Iterable[Locked],
+    targets: Iterable[Target],
+    files: Callable[[str], list[dict]] = index_files,
+) -> list[str]:
     """One line per (package, target) with no locked wheel that target can install."""
     targets = [(target, target.tags()) for target in targets]
     problems = []
@@ -111,8 +119,9 @@ def missing(entries: Iterable[Locked], targets: Iterable[Target],
             continue
         for target, accepted in targets:
             if not any(tags & accepted and sha in entry.hashes for tags, sha in wheels):
-                problems.append(f"{entry.name}=={entry.version}: no wheel with a locked hash "
-                                f"for {target.name}")
+                problems.append(
+                    f"{entry.name}=={entry.version}: no wheel with a locked hash for {target.name}"
+                )
     return problems
 
 

@@ -23,10 +23,17 @@ def module_table() -> str:
     rows = []
     for package in layer_order(declared_layers()):
         init = ast.parse(module_path(f"reprodqn.{package}").read_text())
-        rows += [f"**`{package}/`** — {first_sentence(init)}.", "",
-                 "| module | what it is |", "|---|---|"]
-        rows += [f"| `{name.split('.', 2)[2]}` | {first_sentence(tree)} |"
-                 for name, tree in found.items() if name.split(".")[1] == package]
+        rows += [
+            f"**`{package}/`** — {first_sentence(init)}.",
+            "",
+            "| module | what it is |",
+            "|---|---|",
+        ]
+        rows += [
+            f"| `{name.split('.', 2)[2]}` | {first_sentence(tree)} |"
+            for name, tree in found.items()
+            if name.split(".")[1] == package
+        ]
         rows.append("")
     return "\n".join(rows)
 

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PACKAGE = SRC / "reprodqn"
 COMMANDS = "reprodqn.cli.main"  # the dispatcher: its handlers import lazily, stage by stage
-OTHER_COMMANDS = ("reprodqn.cli.forensics",)  # handlers no pipeline stage runs
+OTHER_COMMANDS = ("reprodqn.cli.forensics", "reprodqn.cli.tools")  # handlers besides the stages
 
 
 def module_path(name: str) -> Path:
@@ -45,11 +45,17 @@ def imported_modules(node: ast.AST) -> set[str]:
     the module reprodqn.core.workspace)."""
     found = set()
     for child in ast.walk(node):
-        if isinstance(child, ast.ImportFrom) and child.module and (
-                child.module == "reprodqn" or child.module.startswith("reprodqn.")):
+        if (
+            isinstance(child, ast.ImportFrom)
+            and child.module
+            and (child.module == "reprodqn" or child.module.startswith("reprodqn."))
+        ):
             if is_package(child.module):
-                found |= {f"{child.module}.{a.name}" for a in child.names
-                          if module_path(f"{child.module}.{a.name}").exists()}
+                found |= {
+                    f"{child.module}.{a.name}"
+                    for a in child.names
+                    if module_path(f"{child.module}.{a.name}").exists()
+                }
             else:
                 found.add(child.module)
         elif isinstance(child, ast.Import):
@@ -75,8 +81,11 @@ def declared_layers() -> dict[str, set[str]]:
         doc = ast.get_docstring(ast.parse(module_path(f"reprodqn.{package}").read_text())) or ""
         found = LAYER_LINE.search(doc)
         allowed = " ".join(found.group(1).split()) if found else ""
-        layers[package] = set() if allowed == "nothing else of reprodqn" else {
-            a.strip() for a in allowed.split(",") if a.strip()}
+        layers[package] = (
+            set()
+            if allowed == "nothing else of reprodqn"
+            else {a.strip() for a in allowed.split(",") if a.strip()}
+        )
     return layers
 
 
@@ -96,10 +105,13 @@ def layer_order(layers: dict[str, set[str]]) -> list[str]:
 
 def layer_violations(graph: dict[str, set[str]], layers: dict[str, set[str]]) -> list[str]:
     """Imports from one subpackage into another its `__init__` does not allow."""
-    return sorted(f"{name} imports {target}" for name, targets in graph.items()
-                  for target in targets
-                  if subpackage(target) != subpackage(name)
-                  and subpackage(target) not in layers[subpackage(name)])
+    return sorted(
+        f"{name} imports {target}"
+        for name, targets in graph.items()
+        for target in targets
+        if subpackage(target) != subpackage(name)
+        and subpackage(target) not in layers[subpackage(name)]
+    )
 
 
 def module_closure(start: set[str]) -> set[str]:
@@ -115,8 +127,12 @@ def module_closure(start: set[str]) -> set[str]:
             continue
         tree = ast.parse(module_path(name).read_text())
         if name in OTHER_COMMANDS:  # loading it runs its module-level imports, no handler
-            todo += [m for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)
-                     for m in imported_modules(node)]
+            todo += [
+                m
+                for node in tree.body
+                if isinstance(node, ast.Import | ast.ImportFrom)
+                for m in imported_modules(node)
+            ]
         else:
             todo += imported_modules(tree)
     return seen
@@ -126,8 +142,9 @@ def handler_closure(handlers: list[str]) -> set[str]:
     """The modules CLI handlers reach, following their calls to other functions of the
     command modules."""
     trees = {m: ast.parse(module_path(m).read_text()) for m in (COMMANDS, *OTHER_COMMANDS)}
-    functions = {f.name: f for tree in trees.values() for f in tree.body
-                 if isinstance(f, ast.FunctionDef)}
+    functions = {
+        f.name: f for tree in trees.values() for f in tree.body if isinstance(f, ast.FunctionDef)
+    }
     found, todo, seen = {COMMANDS}, list(handlers), set()
     while todo:
         name = todo.pop()
@@ -136,8 +153,11 @@ def handler_closure(handlers: list[str]) -> set[str]:
         seen.add(name)
         function = functions[name]
         found |= imported_modules(function)
-        todo += [c.func.id for c in ast.walk(function) if isinstance(c, ast.Call)
-                 and isinstance(c.func, ast.Name) and c.func.id in functions]
+        todo += [
+            c.func.id
+            for c in ast.walk(function)
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in functions
+        ]
     for node in trees[COMMANDS].body:
         if isinstance(node, ast.ImportFrom | ast.Import):
             found |= imported_modules(node)

@@ -26,7 +26,10 @@ def test_real_params_hold_the_papers_hyperparameters():
     assert (p.agent.discount, p.agent.batch_size, p.agent.update_every) == (0.99, 32, 4)
     assert p.agent.target_sync_every == 10_000
     assert (agent.epsilon_start, agent.epsilon_final, agent.epsilon_decay_steps) == (
-        1.0, 0.1, 1_000_000)
+        1.0,
+        0.1,
+        1_000_000,
+    )
     assert (p.replay.capacity, p.replay.learning_starts) == (1_000_000, 50_000)
     assert (p.train.steps, p.train.checkpoint_every) == (20_000_000, 250_000)
     assert {v for k, v in p.seeds.model_dump().items() if k != "generator"} == {123}
@@ -53,8 +56,9 @@ def test_every_knob_in_params_yaml_has_a_source_comment():
 def test_groups_differ_from_deterministic_only_as_the_paper_says():
     p = load_params(PARAMS)
     base = resolve_run(p, "deterministic", 0)
-    assert all(resolve_run(p, "deterministic", r) == base.model_copy(update={"run": r})
-               for r in range(5))
+    assert all(
+        resolve_run(p, "deterministic", r) == base.model_copy(update={"run": r}) for r in range(5)
+    )
     gpu = resolve_run(p, "gpu", 3)
     assert gpu.compute.deterministic_gpu is False
     assert gpu.compute.cpu_reduction_order == "random"  # ignored on CUDA
@@ -63,8 +67,11 @@ def test_groups_differ_from_deterministic_only_as_the_paper_says():
     assert {c.env.sticky_p for c in env_runs} == {0.25}
     assert {c.agent.epsilon_final for c in env_runs} == {0.01}
     assert [c.seeds.sticky for c in env_runs] == [125, 127, 129, 131, 133]
-    for group, seed in [("exploration", "exploration"), ("initialization", "init"),
-                        ("minibatch", "minibatch")]:
+    for group, seed in [
+        ("exploration", "exploration"),
+        ("initialization", "init"),
+        ("minibatch", "minibatch"),
+    ]:
         runs = [resolve_run(p, group, r) for r in range(5)]
         assert [getattr(c.seeds, seed) for c in runs] == [125, 127, 129, 131, 133]
         others = {k: v for k, v in base.seeds.model_dump().items() if k != seed}
@@ -77,8 +84,7 @@ def test_digest_tracks_results_not_names_or_resume_interval():
     p = load_params(PARAMS)
     a = resolve_run(p, "deterministic", 0)
     assert a.digest() == resolve_run(p, "deterministic", 1).digest()
-    assert a.digest() == resolve_run(p, "gpu", 0).model_copy(
-        update={"compute": a.compute}).digest()
+    assert a.digest() == resolve_run(p, "gpu", 0).model_copy(update={"compute": a.compute}).digest()
     moved = load_params(PARAMS, ["train.resume_every=5"])
     assert resolve_run(moved, "deterministic", 0).digest() == a.digest()
     assert resolve_run(p, "exploration", 0).digest() != a.digest()
@@ -91,16 +97,19 @@ def test_an_exponent_without_a_dot_is_a_number_on_the_command_line():
     assert params.agent.learning_rate == 1e-4 and params.agent.rmsprop_eps == 2.5e-7
 
 
-@pytest.mark.parametrize("override, fragment", [
-    ("train.steps=abc", "train.steps: input should be a valid integer, got 'abc'"),
-    ("train.stepz=5", "unknown key 'train.stepz'"),
-    ("agent.network=resnet", "agent.network: input should be 'nature' or 'nips'"),
-    ("env.sticky_p=1.5", "env.sticky_p: input should be less than 1"),
-    ("replay.capacity=-1", "replay.capacity: input should be greater than or equal to 8"),
-    ("compute.threads=true", "compute.threads: input should be a valid integer"),
-    ("nosection.key=1", "unknown section 'nosection'"),
-    ("novalue", "expected key.path=value"),
-])
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("train.steps=abc", "train.steps: input should be a valid integer, got 'abc'"),
+        ("train.stepz=5", "unknown key 'train.stepz'"),
+        ("agent.network=resnet", "agent.network: input should be 'nature' or 'nips'"),
+        ("env.sticky_p=1.5", "env.sticky_p: input should be less than 1"),
+        ("replay.capacity=-1", "replay.capacity: input should be greater than or equal to 8"),
+        ("compute.threads=true", "compute.threads: input should be a valid integer"),
+        ("nosection.key=1", "unknown section 'nosection'"),
+        ("novalue", "expected key.path=value"),
+    ],
+)
 def test_bad_override_names_the_field(override, fragment):
     with pytest.raises(InputError) as caught:
         load_params(PARAMS, [override])
@@ -142,8 +151,11 @@ def test_study_rejects_too_few_seeds_and_unknown_groups(tmp_path):
 def test_a_group_can_be_left_out():
     params = load_params(PARAMS, ["study.runs_per_group=2", "study.left_out=[gpu]"])
     assert params.study.studied_groups() == [g for g in GROUP_NAMES if g != "gpu"]
-    assert params.study.run_ids()[:3] == [("deterministic", 0), ("deterministic", 1),
-                                          ("environment", 0)]
+    assert params.study.run_ids()[:3] == [
+        ("deterministic", 0),
+        ("deterministic", 1),
+        ("environment", 0),
+    ]
     assert len(params.study.run_ids()) == 2 * 5
     with pytest.raises(InputError, match="--group gpu: left out of this study"):
         resolve_run(params, "gpu", 0)
@@ -155,9 +167,25 @@ def test_a_group_can_be_left_out():
 
 def test_cli_reports_bad_input_in_one_line_without_traceback(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "reprodqn.cli", "train", "--group", "deterministic", "--run", "0",
-         "--params", str(PARAMS), "--set", "train.steps=-5", "--runs-dir", str(tmp_path)],
-        capture_output=True, text=True, env=cli_env(),
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "train",
+            "--group",
+            "deterministic",
+            "--run",
+            "0",
+            "--params",
+            str(PARAMS),
+            "--set",
+            "train.steps=-5",
+            "--runs-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
@@ -168,11 +196,17 @@ def test_cli_reports_bad_input_in_one_line_without_traceback(tmp_path):
 
 
 def test_a_mistyped_key_gets_the_nearest_valid_one():
-    with pytest.raises(InputError, match=r"unknown key 'agent.batchsize'; did you mean "
-                                         r"'agent.batch_size'\?"):
+    with pytest.raises(
+        InputError,
+        match=r"unknown key 'agent.batchsize'; did you mean "
+        r"'agent.batch_size'\?",
+    ):
         load_params(PARAMS, ["agent.batchsize=3"])
-    with pytest.raises(InputError, match=r"unknown section 'replya'; did you mean "
-                                         r"'replay.capacity'\?"):
+    with pytest.raises(
+        InputError,
+        match=r"unknown section 'replya'; did you mean "
+        r"'replay.capacity'\?",
+    ):
         load_params(PARAMS, ["replya.capacity=3"])
     with pytest.raises(InputError, match=r"unknown key 'zzz'$"):  # nothing close: no guess
         load_params(PARAMS, ["zzz=1"])
@@ -201,11 +235,17 @@ def test_explain_prints_every_knob_with_type_range_default_value_and_source():
 @pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
 def test_nan_and_infinities_are_refused_in_every_float_wherever_set(value, tmp_path):
     """A NaN probability or learning rate would train silently wrong; refused in one line."""
-    with pytest.raises(InputError, match=rf"--set agent.learning_rate={value}: "
-                                         rf"agent.learning_rate: input should be a finite number"):
+    with pytest.raises(
+        InputError,
+        match=rf"--set agent.learning_rate={value}: "
+        rf"agent.learning_rate: input should be a finite number",
+    ):
         load_params(PARAMS, [f"agent.learning_rate={value}"])
-    with pytest.raises(InputError, match=r"study.groups.environment.set.env.sticky_p: input "
-                                         r"should be a finite number, got -?(nan|inf)$"):
+    with pytest.raises(
+        InputError,
+        match=r"study.groups.environment.set.env.sticky_p: input "
+        r"should be a finite number, got -?(nan|inf)$",
+    ):
         load_params(PARAMS, [f"study.groups.environment.set={{env.sticky_p: {value}}}"])
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text(f"env:\n  reward_clip: {value}\n")

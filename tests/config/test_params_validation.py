@@ -18,8 +18,18 @@ from reprodqn.config.params import RUN_SECTIONS, Params, load_params
 from reprodqn.core.errors import InputError
 from tests.helpers import PARAMS, cli_env
 
-SECTIONS = ("env", "agent", "replay", "train", "seeds", "compute", "priority", "evaluation",
-            "start_states", "ranker")
+SECTIONS = (
+    "env",
+    "agent",
+    "replay",
+    "train",
+    "seeds",
+    "compute",
+    "priority",
+    "evaluation",
+    "start_states",
+    "ranker",
+)
 
 
 def leaves() -> list[tuple[str, str, object]]:
@@ -47,11 +57,21 @@ def bad_values(info) -> list[tuple[str, object]]:
         values.append(("a number for text", 7))
     for bound in info.metadata:
         if isinstance(bound, Ge | Gt):
-            values.append(("below the range", (bound.ge if isinstance(bound, Ge) else bound.gt)
-                           - (1 if kind is int else 1e-3)))
+            values.append(
+                (
+                    "below the range",
+                    (bound.ge if isinstance(bound, Ge) else bound.gt)
+                    - (1 if kind is int else 1e-3),
+                )
+            )
         if isinstance(bound, Le | Lt):
-            values.append(("above the range", (bound.le if isinstance(bound, Le) else bound.lt)
-                           + (1 if kind is int else 1e-3)))
+            values.append(
+                (
+                    "above the range",
+                    (bound.le if isinstance(bound, Le) else bound.lt)
+                    + (1 if kind is int else 1e-3),
+                )
+            )
     return values
 
 
@@ -64,13 +84,20 @@ def mutations() -> list[tuple[str, dict]]:
             found.append((f"{section}.{key} = {value!r} ({why})", {section: {key: value}}))
             if section in RUN_SECTIONS:
                 for group in raw["study"]["groups"]:
-                    found.append((f"study.groups.{group}.set.{section}.{key} = {value!r} ({why})",
-                                  {"study": {"groups": {group: {"set": {
-                                      f"{section}.{key}": value}}}}}))
+                    found.append(
+                        (
+                            f"study.groups.{group}.set.{section}.{key} = {value!r} ({why})",
+                            {"study": {"groups": {group: {"set": {f"{section}.{key}": value}}}}},
+                        )
+                    )
         found.append((f"{section}.no_such_key (unknown)", {section: {"no_such_key": 1}}))
     for group in raw["study"]["groups"]:
-        found.append((f"study.groups.{group}.set.agent.no_such_key (unknown)",
-                      {"study": {"groups": {group: {"set": {"agent.no_such_key": 1}}}}}))
+        found.append(
+            (
+                f"study.groups.{group}.set.agent.no_such_key (unknown)",
+                {"study": {"groups": {group: {"set": {"agent.no_such_key": 1}}}}},
+            )
+        )
     return found
 
 
@@ -86,6 +113,7 @@ def merged(overlay: dict) -> dict:
                 merge(into[key], value)
             else:
                 into[key] = value
+
     merge(raw, overlay)
     return raw
 
@@ -111,15 +139,34 @@ def test_every_mutated_leaf_is_refused_with_one_line_naming_it(tmp_path):
     assert len(MUTATIONS) > 400  # every leaf, at the top level and in every group's set
 
 
-@pytest.mark.parametrize("label, overlay", [m for m in MUTATIONS if ".set." in m[0]][::97],
-                         ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize(
+    "label, overlay",
+    [m for m in MUTATIONS if ".set." in m[0]][::97],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
 def test_train_of_another_group_refuses_a_bad_group_value(tmp_path, label, overlay):
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(merged(overlay)))
-    result = subprocess.run([sys.executable, "-m", "reprodqn.cli", "train", "--group",
-                             "deterministic", "--run", "0", "--params", str(path), "--runs-dir",
-                             str(tmp_path / "runs")], capture_output=True, text=True,
-                            env=cli_env(), cwd=tmp_path)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "train",
+            "--group",
+            "deterministic",
+            "--run",
+            "0",
+            "--params",
+            str(path),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        cwd=tmp_path,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert label.split(" ", 1)[0].rsplit(".", 1)[-1] in result.stderr

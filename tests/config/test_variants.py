@@ -30,11 +30,19 @@ class Table(torch.nn.Module):
 
 
 def hand_built_agent(double: bool, dtype="float64"):
-    config = load_params(PARAMS, ["agent.network=nips", f"agent.double={double}",
-                                  f"agent.target_dtype={dtype}"]).agent
-    agent = make_agent(config, n_actions=2, history_length=4, screen_size=84,
-                       device=torch.device("cpu"), init_generator=torch.Generator().manual_seed(1),
-                       learning_starts=50_000, reward_clip=1.0)
+    config = load_params(
+        PARAMS, ["agent.network=nips", f"agent.double={double}", f"agent.target_dtype={dtype}"]
+    ).agent
+    agent = make_agent(
+        config,
+        n_actions=2,
+        history_length=4,
+        screen_size=84,
+        device=torch.device("cpu"),
+        init_generator=torch.Generator().manual_seed(1),
+        learning_starts=50_000,
+        reward_clip=1.0,
+    )
     # next state 0: online prefers action 1, target values it 2 (its own max is 5);
     # next state 1: online prefers action 0, target values it 1 (its own max is 7)
     agent.online = Table([[1.0, 3.0], [4.0, 0.0]])
@@ -52,8 +60,11 @@ def test_double_target_takes_the_online_argmax_valued_by_the_target_network(dtyp
 
     def same(ours, expected):
         expected = [float(np.float32(x)) for x in expected]
-        return ours.tolist() == expected if exact else ours.tolist() == pytest.approx(
-            expected, rel=1e-6, abs=1e-7)
+        return (
+            ours.tolist() == expected
+            if exact
+            else ours.tolist() == pytest.approx(expected, rel=1e-6, abs=1e-7)
+        )
 
     double = hand_built_agent(True, dtype)
     assert isinstance(double, DoubleDQNAgent)
@@ -72,8 +83,9 @@ def test_double_target_takes_the_online_argmax_valued_by_the_target_network(dtyp
 @pytest.mark.parametrize("kind", ["nature", "nips"])
 def test_dueling_head_is_value_plus_centred_advantage(kind):
     net = build_q_network(kind, 4, 4, 84, torch.Generator().manual_seed(3), dueling=True)
-    frames = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8,
-                           generator=torch.Generator().manual_seed(4))
+    frames = torch.randint(
+        0, 256, (5, 4, 84, 84), dtype=torch.uint8, generator=torch.Generator().manual_seed(4)
+    )
     with torch.no_grad():
         q = net(frames).double()
         torso = net.layers(frames.float() / 255.0)
@@ -81,8 +93,9 @@ def test_dueling_head_is_value_plus_centred_advantage(kind):
         advantage = net.advantage(torso).double()
     assert q.shape == (5, 4)
     assert torch.allclose(q.mean(dim=1, keepdim=True), value, atol=1e-6)  # mean_a Q = V
-    assert torch.allclose(q - q.mean(dim=1, keepdim=True),
-                          advantage - advantage.mean(dim=1, keepdim=True), atol=1e-6)
+    assert torch.allclose(
+        q - q.mean(dim=1, keepdim=True), advantage - advantage.mean(dim=1, keepdim=True), atol=1e-6
+    )
     assert torch.equal(q.argmax(dim=1), advantage.argmax(dim=1))
     assert not torch.allclose(value, torch.zeros_like(value))  # both streams carry signal
     # each stream has its own hidden layer of the torso's width
@@ -93,12 +106,21 @@ def test_dueling_head_is_value_plus_centred_advantage(kind):
 def test_dueling_weights_come_from_the_init_stream_alone_and_default_is_unchanged():
     a = build_q_network("nips", 4, 4, 84, torch.Generator().manual_seed(7), dueling=True)
     b = build_q_network("nips", 4, 4, 84, torch.Generator().manual_seed(7), dueling=True)
-    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(),
-                                                 b.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(x, y)
+        for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
+    )
     plain = build_q_network("nips", 4, 4, 84, torch.Generator().manual_seed(7))
-    assert list(plain.state_dict()) == ["layers.0.weight", "layers.0.bias", "layers.2.weight",
-                                        "layers.2.bias", "layers.5.weight", "layers.5.bias",
-                                        "layers.7.weight", "layers.7.bias"]
+    assert list(plain.state_dict()) == [
+        "layers.0.weight",
+        "layers.0.bias",
+        "layers.2.weight",
+        "layers.2.bias",
+        "layers.5.weight",
+        "layers.5.bias",
+        "layers.7.weight",
+        "layers.7.bias",
+    ]
     assert torch.equal(plain.state_dict()["layers.0.weight"], a.state_dict()["layers.0.weight"])
 
 
@@ -129,12 +151,12 @@ def expected_n_step(log, i: int, n: int):
     total, m = 0.0, 0
     for k in range(n):
         if k > 0 and log[i + k][2] == 0:  # i+k starts a new episode: cut before it
-            return total, GAMMA ** m, i + m - 1
-        total += GAMMA ** k * float(np.float32(log[i + k][0]))  # stored as float32
+            return total, GAMMA**m, i + m - 1
+        total += GAMMA**k * float(np.float32(log[i + k][0]))  # stored as float32
         m = k + 1
         if log[i + k][1]:
             return total, 0.0, i + k
-    return total, GAMMA ** n, i + n - 1
+    return total, GAMMA**n, i + n - 1
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])
@@ -153,10 +175,10 @@ def test_n_step_returns_match_the_definition_across_terminals_and_cuts(n):
         assert batch["discounts"][row] == pytest.approx(discount, abs=1e-15)
         assert batch["terminals"][row] == (discount == 0.0)
         # s' is the state after step `last`: its frames last-3 .. last
-        assert np.array_equal(batch["next_states"][row], np.stack([label(t) for t in range(
-            last - 3, last + 1)]))
-        assert np.array_equal(batch["states"][row], np.stack([label(t) for t in range(
-            i - 4, i)]))
+        assert np.array_equal(
+            batch["next_states"][row], np.stack([label(t) for t in range(last - 3, last + 1)])
+        )
+        assert np.array_equal(batch["states"][row], np.stack([label(t) for t in range(i - 4, i)]))
         kinds.add("terminal" if discount == 0 else "cut" if last < i + n - 1 else "full")
     assert kinds == {"terminal", "cut", "full"}  # every case was exercised
     # a transition whose s ends one episode and whose a_i begins the next is never sampled
@@ -181,8 +203,10 @@ def test_n_step_return_stops_at_a_life_loss_that_ends_the_episode(tmp_path):
     before = [t - k for t in lives_lost for k in range(1, 4) if run.replay.valid(t - k)]
     batch = run.replay.transitions(np.array(before))
     assert (batch["discounts"] == 0).all()
-    assert (batch["indices"] + batch["lengths"] - 1 == np.array(
-        [min(t for t in lives_lost if t >= i) for i in before])).all()
+    assert (
+        batch["indices"] + batch["lengths"] - 1
+        == np.array([min(t for t in lives_lost if t >= i) for i in before])
+    ).all()
 
 
 def test_one_step_replay_samples_the_authors_transitions_and_n_step_needs_its_window():
@@ -214,21 +238,31 @@ VARIANTS = {
     "dueling": ["agent.dueling=true"],
     "n_step": ["agent.n_step=3"],
     "per": ["replay.prioritized=true", "agent.double=true"],
-    "r2d2_priority": ["replay.prioritized=true", "agent.n_step=5", "priority.eta=0.9",
-                      "priority.alpha=0.9", "priority.importance_weights=false"],
+    "r2d2_priority": [
+        "replay.prioritized=true",
+        "agent.n_step=5",
+        "priority.eta=0.9",
+        "priority.alpha=0.9",
+        "priority.importance_weights=false",
+    ],
 }
 
 
 @pytest.fixture(scope="module")
 def dqn_chains(tmp_path_factory):
     """DQN's chains at the paper's step size and at FAST's, trained once."""
-    return {fast: train_tiny(load_params(PARAMS, [*TINY, *(FAST if fast else [])]),
-                             tmp_path_factory.mktemp("dqn")) for fast in (False, True)}
+    return {
+        fast: train_tiny(
+            load_params(PARAMS, [*TINY, *(FAST if fast else [])]), tmp_path_factory.mktemp("dqn")
+        )
+        for fast in (False, True)
+    }
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_variant_trains_twice_to_one_chain_resumes_to_it_and_differs_from_dqn(
-        variant, dqn_chains, tmp_path):
+    variant, dqn_chains, tmp_path
+):
     params = load_params(PARAMS, [*TINY, *VARIANTS[variant]])
     first = train_tiny(params, tmp_path / "first")
     assert train_tiny(params, tmp_path / "second") == first
@@ -251,30 +285,37 @@ def test_variant_knobs_at_their_defaults_leave_the_digest_unchanged():
     avx2 = resolve_run(load_params(PARAMS, ["compute.cpu_isa=avx2"]), "deterministic", 0)
     assert avx2.digest() == "fc4f815d079d558414d9fc8673750e8b2283ff1e712f4c239ed23cd3ab4b901e"
     assert config.digest() == "8afe1e1bf389e0ee4cc454b579f8a7694b295f98dcddf11727aff4792d5b2c42"
-    assert config.experiment_digest() == \
-        "c39813aabab9e41007459fabdbd53a735e014672fd4bb819541116958a5cbecd"
+    assert (
+        config.experiment_digest()
+        == "c39813aabab9e41007459fabdbd53a735e014672fd4bb819541116958a5cbecd"
+    )
     per = resolve_run(load_params(PARAMS, ["replay.prioritized=true"]), "deterministic", 0)
-    alpha = resolve_run(load_params(PARAMS, ["replay.prioritized=true", "priority.alpha=0.5"]),
-                        "deterministic", 0)
+    alpha = resolve_run(
+        load_params(PARAMS, ["replay.prioritized=true", "priority.alpha=0.5"]), "deterministic", 0
+    )
     assert len({config.digest(), per.digest(), alpha.digest()}) == 3
     for knob in ("agent.double=true", "agent.dueling=true", "agent.n_step=2"):
-        assert resolve_run(load_params(PARAMS, [knob]), "deterministic", 0).digest() != \
-            config.digest()
+        assert (
+            resolve_run(load_params(PARAMS, [knob]), "deterministic", 0).digest() != config.digest()
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # Presets and the algorithm's name
 
 
-@pytest.mark.parametrize("preset, name", [
-    ("double", "Double DQN (RMSprop)"),
-    ("dueling", "Dueling Double DQN (RMSprop)"),
-    ("per", "Double DQN, prioritized replay (RMSprop)"),
-    ("r2d2-priority", "Double DQN, 5-step, prioritized replay with R2D2 priority (RMSprop)"),
-    ("authors-2018", "DQN (RMSprop)"),
-    ("deepmind-2015", "DQN (centred RMSProp)"),
-    ("adam", "DQN (Adam)"),
-])
+@pytest.mark.parametrize(
+    "preset, name",
+    [
+        ("double", "Double DQN (RMSprop)"),
+        ("dueling", "Dueling Double DQN (RMSprop)"),
+        ("per", "Double DQN, prioritized replay (RMSprop)"),
+        ("r2d2-priority", "Double DQN, 5-step, prioritized replay with R2D2 priority (RMSprop)"),
+        ("authors-2018", "DQN (RMSprop)"),
+        ("deepmind-2015", "DQN (centred RMSProp)"),
+        ("adam", "DQN (Adam)"),
+    ],
+)
 def test_presets_are_overlays_that_run_at_smoke_scale_and_name_their_algorithm(preset, name):
     from reprodqn.config.variants import algorithm_name, preset_names, preset_path
     from tests.helpers import ROOT
@@ -293,8 +334,14 @@ def test_report_title_names_the_algorithm(tmp_path):
     from tests.helpers import fake_study as study
 
     writer.write_report(study(), tmp_path / "dqn")
-    assert (tmp_path / "dqn" / "report.md").read_text().startswith(
-        "# Report: deterministic DQN on Breakout\n")
+    assert (
+        (tmp_path / "dqn" / "report.md")
+        .read_text()
+        .startswith("# Report: deterministic DQN on Breakout\n")
+    )
     writer.write_report(study(), tmp_path / "double", algorithm="Double DQN")
-    assert (tmp_path / "double" / "report.md").read_text().startswith(
-        "# Report: deterministic Double DQN on Breakout\n")
+    assert (
+        (tmp_path / "double" / "report.md")
+        .read_text()
+        .startswith("# Report: deterministic Double DQN on Breakout\n")
+    )

@@ -14,8 +14,7 @@ import torch
 from reprodqn.training import resume
 from tests.helpers import TINY, cli_env, train_command
 
-OVERRIDES = [*TINY, "train.steps=1200", "train.checkpoint_every=600",
-             "train.resume_every=300"]
+OVERRIDES = [*TINY, "train.steps=1200", "train.checkpoint_every=600", "train.resume_every=300"]
 
 
 def command(runs) -> list[str]:
@@ -29,18 +28,21 @@ def small_disk(tmp_path):
     mount.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root (CI runs as root)")
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=26m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=26m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
     yield mount
     subprocess.run(["umount", str(mount)], check=False)
 
 
-def test_a_full_disk_is_one_line_keeps_the_last_point_and_resumes_exactly(tmp_path,
-                                                                        small_disk):
-    subprocess.run(command(tmp_path / "undisturbed"), check=True, capture_output=True,
-                   env=cli_env())
+def test_a_full_disk_is_one_line_keeps_the_last_point_and_resumes_exactly(tmp_path, small_disk):
+    subprocess.run(
+        command(tmp_path / "undisturbed"), check=True, capture_output=True, env=cli_env()
+    )
     expected = (tmp_path / "undisturbed" / "deterministic" / "0" / "hashes.jsonl").read_bytes()
 
     full = subprocess.run(command(small_disk), capture_output=True, text=True, env=cli_env())
@@ -61,11 +63,9 @@ def test_a_full_disk_is_one_line_keeps_the_last_point_and_resumes_exactly(tmp_pa
     assert (run_dir / "hashes.jsonl").read_bytes() == expected
 
 
-def test_a_disk_too_small_for_one_resume_point_is_refused_before_training(tmp_path,
-                                                                        small_disk):
+def test_a_disk_too_small_for_one_resume_point_is_refused_before_training(tmp_path, small_disk):
     subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)
-    refused = subprocess.run(command(small_disk), capture_output=True, text=True,
-                             env=cli_env())
+    refused = subprocess.run(command(small_disk), capture_output=True, text=True, env=cli_env())
     assert refused.returncode == 3 and "Traceback" not in refused.stderr
     line = refused.stderr.strip().splitlines()[-1]
     assert "a resume point needs about" in line and "free space and rerun" in line

@@ -21,10 +21,11 @@ from tests.helpers import PARAMS, TINY, cli_env, train_command
 ROOT = Path(__file__).resolve().parents[2]
 AUTHORS = ROOT / "start_sequences" / "authors.json"
 # seven checkpoints: what is left after the first outlasts the 10 s a worker has to exit
-EVALUATION = ["train.checkpoint_every=100", "evaluation.episodes=8",
-              "evaluation.max_frames=3000"]
-TWO_RUNS = ["study.runs_per_group=2",
-            "study.left_out=[environment,exploration,gpu,initialization,minibatch]"]
+EVALUATION = ["train.checkpoint_every=100", "evaluation.episodes=8", "evaluation.max_frames=3000"]
+TWO_RUNS = [
+    "study.runs_per_group=2",
+    "study.left_out=[environment,exploration,gpu,initialization,minibatch]",
+]
 
 
 def _sleep_until_cut(reader) -> None:
@@ -34,8 +35,9 @@ def _sleep_until_cut(reader) -> None:
 
 def test_cutting_the_line_ends_a_spawned_worker_at_once():
     line = lifeline.Lifeline()
-    worker = multiprocessing.get_context("spawn").Process(target=_sleep_until_cut,
-                                                          args=(line.reader,))
+    worker = multiprocessing.get_context("spawn").Process(
+        target=_sleep_until_cut, args=(line.reader,)
+    )
     worker.start()
     time.sleep(1)
     assert worker.is_alive()
@@ -57,6 +59,7 @@ def test_a_lifeline_number_without_its_descriptor_is_ignored(monkeypatch):
 
 # -- whole commands, killed --------------------------------------------------------------------
 
+
 def reprodqn(*args: str, overrides=()) -> list[str]:
     argv = [sys.executable, "-m", "reprodqn.cli", *args, "--params", str(PARAMS)]
     for item in [*TINY, *EVALUATION, *overrides]:
@@ -65,17 +68,32 @@ def reprodqn(*args: str, overrides=()) -> list[str]:
 
 
 def evaluate_command(runs: Path, evaluations: Path, run: int = 0) -> list[str]:
-    return [*reprodqn("evaluate", "--group", "deterministic", "--run", str(run),
-                      overrides=TWO_RUNS),
-            "--runs-dir", str(runs), "--evaluations-dir", str(evaluations), "--workers", "2",
-            "--start-sequences", str(AUTHORS)]
+    return [
+        *reprodqn("evaluate", "--group", "deterministic", "--run", str(run), overrides=TWO_RUNS),
+        "--runs-dir",
+        str(runs),
+        "--evaluations-dir",
+        str(evaluations),
+        "--workers",
+        "2",
+        "--start-sequences",
+        str(AUTHORS),
+    ]
 
 
 def study_evaluate_command(runs: Path, evaluations: Path) -> list[str]:
     # jobs evaluate with --workers 1; two jobs at once, so each holds a core
-    return [*reprodqn("study", "evaluate", overrides=[
-        *TWO_RUNS, f"evaluation.start_sequences={AUTHORS}"]),
-        "--runs-dir", str(runs), "--evaluations-dir", str(evaluations), "--workers", "2"]
+    return [
+        *reprodqn(
+            "study", "evaluate", overrides=[*TWO_RUNS, f"evaluation.start_sequences={AUTHORS}"]
+        ),
+        "--runs-dir",
+        str(runs),
+        "--evaluations-dir",
+        str(evaluations),
+        "--workers",
+        "2",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -89,15 +107,22 @@ def trained(tmp_path_factory):
         subprocess.run(argv, check=True, capture_output=True, env=cli_env())
     whole = root / "whole"
     for run in (0, 1):
-        subprocess.run(evaluate_command(runs, whole, run), check=True, capture_output=True,
-                       env=cli_env(REPRODQN_TRACKING="0"))
-    return runs, {run: (workspace.eval_dir(whole, "deterministic", run) /
-                        workspace.EVAL_CSV).read_bytes() for run in (0, 1)}
+        subprocess.run(
+            evaluate_command(runs, whole, run),
+            check=True,
+            capture_output=True,
+            env=cli_env(REPRODQN_TRACKING="0"),
+        )
+    return runs, {
+        run: (workspace.eval_dir(whole, "deterministic", run) / workspace.EVAL_CSV).read_bytes()
+        for run in (0, 1)
+    }
 
 
 def _journal_lines(evaluations: Path) -> int:
-    return sum(len(path.read_text().splitlines())
-               for path in evaluations.glob("*/*/eval.progress.jsonl"))
+    return sum(
+        len(path.read_text().splitlines()) for path in evaluations.glob("*/*/eval.progress.jsonl")
+    )
 
 
 def stop_mid_checkpoint(argv, evaluations: Path, sig: int, workers: int):
@@ -106,8 +131,9 @@ def stop_mid_checkpoint(argv, evaluations: Path, sig: int, workers: int):
     Its stderr goes to a file: a pipe would wait for every holder, orphans included."""
     log = evaluations.parent / "stderr.log"
     with open(log, "w") as stderr:
-        command = subprocess.Popen(argv, env=cli_env(REPRODQN_TRACKING="0"),
-                                   stdout=subprocess.DEVNULL, stderr=stderr)
+        command = subprocess.Popen(
+            argv, env=cli_env(REPRODQN_TRACKING="0"), stdout=subprocess.DEVNULL, stderr=stderr
+        )
     main = psutil.Process(command.pid)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and command.poll() is None:
@@ -134,13 +160,13 @@ def assert_stopped(command, stderr: str, started, sig: int, name: str) -> None:
     assert_none_alive(started)
     if sig == signal.SIGTERM:
         assert command.returncode == lifeline.TERMINATED_EXIT
-        assert stderr.strip().splitlines()[-1].startswith(f"reprodqn {name}: stopped by "
-                                                          "SIGTERM")
+        assert stderr.strip().splitlines()[-1].startswith(f"reprodqn {name}: stopped by SIGTERM")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
 def test_evaluate_with_workers_stopped_mid_checkpoint_leaves_nothing_and_resumes(
-        trained, tmp_path, sig):
+    trained, tmp_path, sig
+):
     runs, uninterrupted = trained
     evaluations = tmp_path / "evaluations"
     argv = evaluate_command(runs, evaluations)
@@ -156,8 +182,7 @@ def test_evaluate_with_workers_stopped_mid_checkpoint_leaves_nothing_and_resumes
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
-def test_study_evaluate_stopped_mid_checkpoint_leaves_no_job_and_resumes(trained, tmp_path,
-                                                                        sig):
+def test_study_evaluate_stopped_mid_checkpoint_leaves_no_job_and_resumes(trained, tmp_path, sig):
     runs, uninterrupted = trained
     evaluations = tmp_path / "evaluations"
     argv = study_evaluate_command(runs, evaluations)

@@ -54,8 +54,9 @@ def test_a_line_at_start_then_by_time_with_the_current_phase_rate(tmp_path):
     report_training(spy(events), "train g/0", record=path, clock=clock, stream=out)
     text = out.getvalue().splitlines()
     assert text[0] == "train g/0: starting (conditions, run directory, resume point)"
-    assert text[2] == ("train g/0: 0/3000 steps (0.0%), filling replay from step 0, "
-                       "learning starts at step 1000")  # printed at start, before any rate
+    assert text[2] == (
+        "train g/0: 0/3000 steps (0.0%), filling replay from step 0, learning starts at step 1000"
+    )  # printed at start, before any rate
     first_rate = next(line for t, line in lines if "steps/s" in line)
     assert "filling replay, learning starts in" in first_rate and "100.0 steps/s" in first_rate
     assert "ETA" not in first_rate.replace("run ETA once learning runs", "")
@@ -93,22 +94,51 @@ def test_no_record_needed_for_a_line_within_15_seconds():
 
 def test_study_line_per_run_and_overall(tmp_path):
     clock, out = Clock(), io.StringIO()
-    records = {name: tmp_path / f"{name.replace('/', '-')}.json"
-               for name in ("d/0", "d/1", "e/0", "e/1")}
+    records = {
+        name: tmp_path / f"{name.replace('/', '-')}.json" for name in ("d/0", "d/1", "e/0", "e/1")
+    }
     progress = StudyProgress("study train", records, workers=2, stream=out, clock=clock)
     progress.poll()
     assert out.getvalue() == ""  # nothing before the first interval
-    records["d/0"].write_text(json.dumps({"step": 3000, "total": 3000, "phase": "complete",
-                                          "steps_per_second": None, "eta_seconds": 0}))
-    records["d/1"].write_text(json.dumps({"step": 500, "total": 3000,
-                                          "phase": "filling replay",
-                                          "steps_per_second": 100.0, "eta_seconds": None}))
+    records["d/0"].write_text(
+        json.dumps(
+            {
+                "step": 3000,
+                "total": 3000,
+                "phase": "complete",
+                "steps_per_second": None,
+                "eta_seconds": 0,
+            }
+        )
+    )
+    records["d/1"].write_text(
+        json.dumps(
+            {
+                "step": 500,
+                "total": 3000,
+                "phase": "filling replay",
+                "steps_per_second": 100.0,
+                "eta_seconds": None,
+            }
+        )
+    )
     clock.now += 10
     progress.poll()
-    assert out.getvalue().strip() == ("study train: 1/4 runs complete, running: d/1 500/3000 "
-                                      "filling replay; stage ETA ? (no run learning yet)")
-    records["e/0"].write_text(json.dumps({"step": 2000, "total": 3000, "phase": "learning",
-                                          "steps_per_second": 10.0, "eta_seconds": 100.0}))
+    assert out.getvalue().strip() == (
+        "study train: 1/4 runs complete, running: d/1 500/3000 "
+        "filling replay; stage ETA ? (no run learning yet)"
+    )
+    records["e/0"].write_text(
+        json.dumps(
+            {
+                "step": 2000,
+                "total": 3000,
+                "phase": "learning",
+                "steps_per_second": 10.0,
+                "eta_seconds": 100.0,
+            }
+        )
+    )
     clock.now += 5
     progress.poll()
     assert out.getvalue().count("\n") == 1  # the interval has doubled to 20 s

@@ -31,14 +31,17 @@ def undisturbed(tmp_path_factory):
 
 def start_holder(runs, marker: str = LOCK_NAME) -> subprocess.Popen:
     """A training that provably holds the lock: its own pid is in the lock file."""
-    process = subprocess.Popen(command(runs), env=cli_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command(runs), env=cli_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     run_dir = runs / "deterministic" / "0"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
         try:
-            if (json.loads((run_dir / LOCK_NAME).read_text())["pid"] == process.pid
-                    and (run_dir / marker).exists()):
+            if (
+                json.loads((run_dir / LOCK_NAME).read_text())["pid"] == process.pid
+                and (run_dir / marker).exists()
+            ):
                 return process
         except (OSError, ValueError):
             pass
@@ -59,10 +62,16 @@ def test_a_second_training_of_a_running_run_is_refused(tmp_path, undisturbed):
 
 
 def test_an_executor_job_waits_for_the_holder_then_resumes_after_it_is_killed(
-        tmp_path, undisturbed):
+    tmp_path, undisturbed
+):
     holder = start_holder(tmp_path, marker="resume")  # past its first resume point
-    waiting = subprocess.Popen(command(tmp_path), env=cli_env(**{WAIT_ENV: "300"}),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    waiting = subprocess.Popen(
+        command(tmp_path),
+        env=cli_env(**{WAIT_ENV: "300"}),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     said = [waiting.stderr.readline() for _ in range(2)]  # after train's 'starting' line
     assert "waiting up to 300 s" in said[-1] and f"pid {holder.pid}" in said[-1], said
     holder.send_signal(signal.SIGKILL)  # a preempted job; the kernel drops its lock

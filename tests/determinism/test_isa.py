@@ -29,13 +29,23 @@ def final_weights(tmp_path, name, cpu_isa, environment=None, prelude="") -> str:
     for knob in isa.KNOBS:
         env.pop(knob, None)
     env.update(environment or {})
-    argv = ["train", "--group", "deterministic", "--run", "0", "--params", str(PARAMS),
-            "--runs-dir", str(tmp_path / name), "--set", f"compute.cpu_isa={cpu_isa}"]
+    argv = [
+        "train",
+        "--group",
+        "deterministic",
+        "--run",
+        "0",
+        "--params",
+        str(PARAMS),
+        "--runs-dir",
+        str(tmp_path / name),
+        "--set",
+        f"compute.cpu_isa={cpu_isa}",
+    ]
     for item in RUN:
         argv += ["--set", item]
     code = f"{prelude}\nimport sys\nfrom reprodqn.cli.main import main\nsys.exit(main({argv!r}))"
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                            text=True)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     run_dir = tmp_path / name / "deterministic" / "0"
     applied = json.loads((run_dir / "conditions.json").read_text())
@@ -88,23 +98,32 @@ def test_a_setting_made_after_torch_loads_is_refused_not_ignored(pinned, tmp_pat
     late, _ = final_weights(tmp_path, "late", "native", prelude=LATE)
     assert late == native
     with pytest.raises(subprocess.CalledProcessError):
-        subprocess.run([sys.executable, "-c", "import torch\nfrom reprodqn import isa\n"
-                        "isa.apply('avx2')"], check=True, capture_output=True,
-                       env={k: v for k, v in cli_env().items() if k not in isa.KNOBS})
+        subprocess.run(
+            [sys.executable, "-c", "import torch\nfrom reprodqn import isa\nisa.apply('avx2')"],
+            check=True,
+            capture_output=True,
+            env={k: v for k, v in cli_env().items() if k not in isa.KNOBS},
+        )
 
 
 def test_a_machine_below_the_floor_gets_one_clear_line(monkeypatch):
     monkeypatch.setattr(isa, "machine_flags", lambda: {"sse4_1", "sse4_2", "avx"})
-    with pytest.raises(InputError, match=r"compute.cpu_isa: avx2 needs a CPU with avx, avx2, "
-                                         r"fma; this one lacks avx2, fma"):
+    with pytest.raises(
+        InputError,
+        match=r"compute.cpu_isa: avx2 needs a CPU with avx, avx2, "
+        r"fma; this one lacks avx2, fma",
+    ):
         isa.apply("avx2")
 
 
 def test_the_floor_reaches_a_worker_of_the_study_executor(tmp_path, monkeypatch):
     for knob in isa.KNOBS:
         monkeypatch.delenv(knob, raising=False)
-    job = launch.Job("isa/0", ["conditions", "--params", str(PARAMS), "--out-dir",
-                               str(tmp_path)], launch.job_environment(threads=1))
+    job = launch.Job(
+        "isa/0",
+        ["conditions", "--params", str(PARAMS), "--out-dir", str(tmp_path)],
+        launch.job_environment(threads=1),
+    )
     launch.check(launch.LocalExecutor(1).run([job], "test"), "test")
     record = json.loads((tmp_path / "conditions.json").read_text())
     assert {k: record["numerics"]["environment"][k] for k in PINNED} == PINNED

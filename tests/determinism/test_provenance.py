@@ -43,52 +43,59 @@ def test_conditions_record_what_the_paper_lists(conditions):
     assert conditions["python"]["version"].startswith("3.11")
     assert conditions["numerics"]["torch_threads"] == 1
     assert "CUBLAS_WORKSPACE_CONFIG" in conditions["numerics"]["environment"]
-    assert {"inside_container", "engine", "image_digest", "torch_build"} <= \
-        set(conditions["container"])
+    assert {"inside_container", "engine", "image_digest", "torch_build"} <= set(
+        conditions["container"]
+    )
     assert "commit" in conditions["bundle"]
     assert conditions["fingerprint"] == provenance.fingerprint(conditions)
 
 
-def test_a_workspace_outside_the_checkout_records_the_running_code_commit(tmp_path,
-                                                                         monkeypatch):
+def test_a_workspace_outside_the_checkout_records_the_running_code_commit(tmp_path, monkeypatch):
     """`make laptop LAPTOP=~/elsewhere` runs the checkout's editable install in a directory
     git knows nothing of: the conditions still name the code's commit and its date."""
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "c",
-                    "--date", "2020-02-03T00:00:00Z"], check=True,
-                   env={"GIT_COMMITTER_DATE": "2020-02-03T00:00:00Z", "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        [*git, "commit", "-q", "--allow-empty", "-m", "c", "--date", "2020-02-03T00:00:00Z"],
+        check=True,
+        env={"GIT_COMMITTER_DATE": "2020-02-03T00:00:00Z", "PATH": "/usr/bin:/bin"},
+    )
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     monkeypatch.setattr(provenance, "PACKAGE_DIR", checkout)
-    assert provenance.git_info(workspace) == {"commit": head.strip(), "dirty": False,
-                                              "date": "2020-02-03"}
+    assert provenance.git_info(workspace) == {
+        "commit": head.strip(),
+        "dirty": False,
+        "date": "2020-02-03",
+    }
     monkeypatch.setattr(provenance, "PACKAGE_DIR", tmp_path / "site-packages")
     assert provenance.git_info(workspace) == {"commit": None, "note": "not a git checkout"}
 
 
-@pytest.mark.parametrize("path, value, changes", [
-    (("packages", "torch"), "2.14.0", True),
-    (("packages", "ale-py"), "0.13.0", True),
-    (("device_name",), "NVIDIA GeForce GTX 1080", True),
-    (("gpu", "driver"), "384.111", True),
-    (("numerics", "cpu_isa"), "native", True),
-    (("numerics", "torch_threads"), 4, True),
-    (("numerics", "environment", "ONEDNN_MAX_CPU_ISA"), "AVX2", True),
-    (("python", "version"), "3.11.9", True),
-    (("packages", "mlflow"), "9.9.9", False),
-    (("memory_bytes",), 1, False),
-    (("os", "kernel"), "5.15", False),
-    (("bundle", "commit"), "0" * 40, False),
-    (("cpu", "model"), "another CPU with the same instruction sets", False),
-    (("container", "image_digest"), "sha256:" + "1" * 64, False),
-    (("container", "torch_build"), "cuda", False),  # the torch package version says it
-])
-def test_fingerprint_tracks_only_conditions_that_change_numbers(conditions, path, value,
-                                                               changes):
+@pytest.mark.parametrize(
+    "path, value, changes",
+    [
+        (("packages", "torch"), "2.14.0", True),
+        (("packages", "ale-py"), "0.13.0", True),
+        (("device_name",), "NVIDIA GeForce GTX 1080", True),
+        (("gpu", "driver"), "384.111", True),
+        (("numerics", "cpu_isa"), "native", True),
+        (("numerics", "torch_threads"), 4, True),
+        (("numerics", "environment", "ONEDNN_MAX_CPU_ISA"), "AVX2", True),
+        (("python", "version"), "3.11.9", True),
+        (("packages", "mlflow"), "9.9.9", False),
+        (("memory_bytes",), 1, False),
+        (("os", "kernel"), "5.15", False),
+        (("bundle", "commit"), "0" * 40, False),
+        (("cpu", "model"), "another CPU with the same instruction sets", False),
+        (("container", "image_digest"), "sha256:" + "1" * 64, False),
+        (("container", "torch_build"), "cuda", False),  # the torch package version says it
+    ],
+)
+def test_fingerprint_tracks_only_conditions_that_change_numbers(conditions, path, value, changes):
     other = copy.deepcopy(conditions)
     node = other
     for key in path[:-1]:
@@ -115,9 +122,21 @@ def test_conditions_stage_writes_records_and_a_reproducible_sbom(tmp_path):
     outputs = []
     for name in ("a", "b"):
         out = tmp_path / name
-        subprocess.run([sys.executable, "-m", "reprodqn.cli", "conditions", "--params",
-                        str(PARAMS), "--out-dir", str(out)], check=True, env=cli_env(),
-                       capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "reprodqn.cli",
+                "conditions",
+                "--params",
+                str(PARAMS),
+                "--out-dir",
+                str(out),
+            ],
+            check=True,
+            env=cli_env(),
+            capture_output=True,
+        )
         outputs.append(out)
     a, b = outputs
     assert (a / "sbom.cdx.json").read_bytes() == (b / "sbom.cdx.json").read_bytes()
@@ -130,8 +149,7 @@ def test_conditions_stage_writes_records_and_a_reproducible_sbom(tmp_path):
     assert "file:" not in (a / "sbom.cdx.json").read_text()
     assert not any(c["bom-ref"].startswith("BomRef.") for c in sbom["components"])
     record = json.loads((a / "fingerprint.json").read_text())
-    assert record["fingerprint"] == json.loads((a / "conditions.json").read_text())[
-        "fingerprint"]
+    assert record["fingerprint"] == json.loads((a / "conditions.json").read_text())["fingerprint"]
 
 
 def test_the_conditions_stage_fingerprints_what_a_study_job_computes_under(tmp_path):
@@ -140,14 +158,30 @@ def test_the_conditions_stage_fingerprints_what_a_study_job_computes_under(tmp_p
     sees a finished run as finished and launches it again."""
     shell = cli_env()
     shell.pop("CUBLAS_WORKSPACE_CONFIG", None)
-    subprocess.run([sys.executable, "-m", "reprodqn.cli", "conditions", "--params",
-                    str(PARAMS), "--out-dir", str(tmp_path / "stage")], check=True, env=shell,
-                   capture_output=True)
-    job = launch.Job("conditions/0", ["conditions", "--params", str(PARAMS), "--out-dir",
-                                      str(tmp_path / "job")], launch.job_environment(threads=1))
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "conditions",
+            "--params",
+            str(PARAMS),
+            "--out-dir",
+            str(tmp_path / "stage"),
+        ],
+        check=True,
+        env=shell,
+        capture_output=True,
+    )
+    job = launch.Job(
+        "conditions/0",
+        ["conditions", "--params", str(PARAMS), "--out-dir", str(tmp_path / "job")],
+        launch.job_environment(threads=1),
+    )
     launch.check(launch.LocalExecutor(1).run([job], "test"), "test")
-    stage, in_job = (json.loads((tmp_path / name / "fingerprint.json").read_text())
-                     for name in ("stage", "job"))
+    stage, in_job = (
+        json.loads((tmp_path / name / "fingerprint.json").read_text()) for name in ("stage", "job")
+    )
     assert provenance.differences(stage["fields"], in_job["fields"]) == []
     assert stage["fingerprint"] == in_job["fingerprint"]
 
@@ -171,5 +205,6 @@ def test_a_run_from_other_conditions_is_refused_then_retrained(tmp_path):
     for _ in train(resolve_run(params, "deterministic", 0), run_dir, restart=True):
         pass
     assert json.loads(config_path.read_text())["fingerprint"] != "f" * 64
-    assert chain == [json.loads(line) for line in
-                     (run_dir / "hashes.jsonl").read_text().splitlines()]
+    assert chain == [
+        json.loads(line) for line in (run_dir / "hashes.jsonl").read_text().splitlines()
+    ]

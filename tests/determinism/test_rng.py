@@ -25,10 +25,12 @@ def test_authors_family_is_a_random_state_per_stream_with_their_calls():
     ours = Streams({"exploration": 123, "minibatch": 123}, "authors")
     theirs = np.random.RandomState(123)
     assert [ours["exploration"].uniform() for _ in range(5)] == [
-        theirs.uniform(0, 1) for _ in range(5)]
+        theirs.uniform(0, 1) for _ in range(5)
+    ]
     theirs = np.random.RandomState(123)
     assert [ours["minibatch"].integer(4, 999) for _ in range(5)] == [
-        theirs.randint(4, 999) for _ in range(5)]
+        theirs.randint(4, 999) for _ in range(5)
+    ]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -22,10 +22,15 @@ def test_init_is_a_function_of_the_init_generator_and_leaves_the_global_one_alon
 def test_architectures_and_default_init_bounds():
     nature, nips = net("nature"), net("nips")
     # conv 32x8x8/4, 64x4x4/2, 64x3x3/1, fc 3136->512->4 (Mnih et al. 2015)
-    nature_count = ((32*4*64 + 32) + (64*32*16 + 64) + (64*64*9 + 64)
-                    + (3136*512 + 512) + (512*4 + 4))
+    nature_count = (
+        (32 * 4 * 64 + 32)
+        + (64 * 32 * 16 + 64)
+        + (64 * 64 * 9 + 64)
+        + (3136 * 512 + 512)
+        + (512 * 4 + 4)
+    )
     # conv 16x8x8/4, 32x4x4/2, fc 2592->256->4 (Mnih et al. 2013)
-    nips_count = (16*4*64 + 16) + (32*16*16 + 32) + (2592*256 + 256) + (256*4 + 4)
+    nips_count = (16 * 4 * 64 + 16) + (32 * 16 * 16 + 32) + (2592 * 256 + 256) + (256 * 4 + 4)
     assert sum(p.numel() for p in nature.parameters()) == nature_count
     assert sum(p.numel() for p in nips.parameters()) == nips_count
     frames = torch.zeros(3, 4, 84, 84, dtype=torch.uint8)
@@ -74,8 +79,9 @@ def test_no_layer_computes_in_mkl_on_a_cpu():
     from tests.helpers import PARAMS, cli_env
 
     code = ROUTING_PROBE.replace("PARAMS_PATH", repr(str(PARAMS)))
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=cli_env(MKL_VERBOSE="1"))
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(MKL_VERBOSE="1")
+    )
     assert result.returncode == 0, result.stderr
     assert "probe done" in result.stdout
     calls = [line for line in result.stdout.splitlines() if line.startswith("MKL_VERBOSE")]

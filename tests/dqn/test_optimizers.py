@@ -31,8 +31,7 @@ def test_centered_rmsprop_matches_deepminds_update_worked_by_hand():
     # g2 - g^2 + eps = 0.2 - 0.01 + 0.06 = 0.25, root 0.5, w = 1 - 0.01 * 2 / 0.5 = 0.96.
     # Step 2: g = 0.195, g2 = 0.39, 0.39 - 0.038025 + 0.06 = 0.411975,
     # root 0.6418528... , w = 0.96 - 0.02 / 0.6418528 = 0.92884... (dw = -2 mirrors it).
-    steps = two_steps(CenteredRMSprop, [[2.0, -2.0], [2.0, -2.0]], lr=0.01, alpha=0.95,
-                      eps=0.06)
+    steps = two_steps(CenteredRMSprop, [[2.0, -2.0], [2.0, -2.0]], lr=0.01, alpha=0.95, eps=0.06)
     assert steps[0] == pytest.approx([0.96, 1.04], abs=1e-7)
     assert steps[1] == pytest.approx([0.9288403, 1.0711597], abs=1e-6)
 
@@ -61,17 +60,18 @@ def test_adam_matches_torch_bit_for_bit_with_dead_units(eps, monkeypatch):
     # torch's arithmetic with its root correctly rounded, as ours (ieee_sqrt_) and CUDA's
     monkeypatch.setattr(torch.Tensor, "sqrt", lambda self: ieee_sqrt_(self.clone()))
     torch.manual_seed(0)  # test data only; nothing here is part of a run
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
-                                torch.nn.Linear(128, 4))
-    reference = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
-                                    torch.nn.Linear(128, 4))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4))
+    reference = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 4)
+    )
     reference.load_state_dict(model.state_dict())
     with torch.no_grad():  # half the hidden units dead: zero gradients, zero second moments
         for net in (model, reference):
             net[0].bias[:64] = -100.0
     ours = Adam(model.parameters(), lr=6.25e-5, betas=(0.9, 0.999), eps=eps)
-    theirs = torch.optim.Adam(reference.parameters(), lr=6.25e-5, betas=(0.9, 0.999), eps=eps,
-                              foreach=False, fused=False)
+    theirs = torch.optim.Adam(
+        reference.parameters(), lr=6.25e-5, betas=(0.9, 0.999), eps=eps, foreach=False, fused=False
+    )
     for _ in range(30):
         x = torch.randn(32, 64) * 1e-3
         for net, optimizer in ((model, ours), (reference, theirs)):
@@ -103,10 +103,17 @@ def test_sum_reduction_is_the_mean_times_the_batch():
     assert agents["sum"].loss(q, targets, weights).item() == pytest.approx(0.1875)
 
 
-TINY_NIPS = ["agent.network=nips", "agent.batch_size=8", "agent.target_sync_every=100",
-             "agent.epsilon_decay_steps=300", "replay.capacity=1000",
-             "replay.learning_starts=200", "train.steps=1200", "train.checkpoint_every=400",
-             "train.log_every=100"]
+TINY_NIPS = [
+    "agent.network=nips",
+    "agent.batch_size=8",
+    "agent.target_sync_every=100",
+    "agent.epsilon_decay_steps=300",
+    "replay.capacity=1000",
+    "replay.learning_starts=200",
+    "train.steps=1200",
+    "train.checkpoint_every=400",
+    "train.log_every=100",
+]
 
 
 def tiny_run(tmp_path, optimizer_overrides, name):
@@ -136,8 +143,12 @@ def test_the_optimizers_root_is_the_correctly_rounded_one():
     """ieee_sqrt_ gives the IEEE root (numpy's, the sqrt instruction) on values across the
     float32 range, zeros and subnormals included; torch's own CPU root need not (MKL's
     vector math: 17% of such values missed on an Intel Xeon at the portable floor)."""
-    values = np.concatenate([np.float32(10.0) ** np.linspace(-44, 38, 100_001, dtype=np.float32),
-                             np.array([0.0, np.finfo(np.float32).tiny, 1e-45], np.float32)])
+    values = np.concatenate(
+        [
+            np.float32(10.0) ** np.linspace(-44, 38, 100_001, dtype=np.float32),
+            np.array([0.0, np.finfo(np.float32).tiny, 1e-45], np.float32),
+        ]
+    )
     values = values.astype(np.float32)
     ours = ieee_sqrt_(torch.from_numpy(values.copy())).numpy()
     expected = np.array([np.sqrt(np.float64(v)) for v in values]).astype(np.float32)

@@ -77,14 +77,19 @@ def test_importance_weights_and_beta_are_schauls():
     batch = {"probabilities": np.array([0.1, 0.2, 0.4]), "population": 10}
     weights = priority_rule.importance_weights(batch, config, 1000)  # beta = 1
     assert weights.tolist() == pytest.approx([1.0, 0.5, 0.25])  # (N P)^-1 / max
-    assert priority_rule.importance_weights(batch, config.model_copy(
-        update={"importance_weights": False}), 0) is None
+    assert (
+        priority_rule.importance_weights(
+            batch, config.model_copy(update={"importance_weights": False}), 0
+        )
+        is None
+    )
 
 
 def test_r2d2_mixture_is_eta_max_plus_one_minus_eta_mean_over_the_window():
     errors = np.array([[1.0, 3.0, np.nan], [2.0, np.nan, np.nan], [0.0, 1.0, 2.0]])
     assert priority_rule.mixture(errors, 0.9).tolist() == pytest.approx(
-        [0.9 * 3 + 0.1 * 2, 2.0, 0.9 * 2 + 0.1 * 1])
+        [0.9 * 3 + 0.1 * 2, 2.0, 0.9 * 2 + 0.1 * 1]
+    )
     assert priority_rule.mixture(errors, 0.0).tolist() == [1.0, 2.0, 0.0]  # plain |delta|
 
 
@@ -114,7 +119,7 @@ def test_same_draws_after_save_and_restore_of_a_much_updated_tree():
     for replay in (per, restored):
         for t in range(10):  # slot 0 onward: the first few are below the index range
             replay.add(label(5000 + t), 0, 0.0, False, 7 + t)
-    assert per.tree.leaves[9] == per.max_priority ** 0.6
+    assert per.tree.leaves[9] == per.max_priority**0.6
     assert np.array_equal(restored.tree.nodes, per.tree.nodes)
     state["tree"][1] += 1.0  # a tree that is not its leaves' is refused
     with pytest.raises(ValueError, match="differs from the tree of its leaves"):
@@ -122,10 +127,14 @@ def test_same_draws_after_save_and_restore_of_a_much_updated_tree():
 
 
 def test_memory_that_does_not_fit_is_an_input_error():
-    assert check_memory(1_000_000, 84, physical=64 * 2**30) == 1_000_000 * (84 * 84 + 8) + \
-        16 * 2**20
-    with pytest.raises(InputError, match=r"replay.capacity \(1,000,000\): prioritized replay "
-                                         r"needs 6.6 GiB, this machine has 4.0 GiB"):
+    assert (
+        check_memory(1_000_000, 84, physical=64 * 2**30) == 1_000_000 * (84 * 84 + 8) + 16 * 2**20
+    )
+    with pytest.raises(
+        InputError,
+        match=r"replay.capacity \(1,000,000\): prioritized replay "
+        r"needs 6.6 GiB, this machine has 4.0 GiB",
+    ):
         check_memory(1_000_000, 84, physical=4 * 2**30)
 
 
@@ -133,70 +142,144 @@ def test_memory_that_does_not_fit_is_an_input_error():
 # Bad input on the command line: one line, exit 2
 
 
-@pytest.mark.parametrize("override, field", [
-    ("priority.alpha=1.5", "priority.alpha"),
-    ("priority.beta_start=-0.1", "priority.beta_start"),
-    ("priority.eta=2", "priority.eta"),
-    ("agent.n_step=0", "agent.n_step"),
-    ("agent.n_step=49995", "agent.n_step"),
-    ("agent.double=maybe", "agent.double"),
-])
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("priority.alpha=1.5", "priority.alpha"),
+        ("priority.beta_start=-0.1", "priority.beta_start"),
+        ("priority.eta=2", "priority.eta"),
+        ("agent.n_step=0", "agent.n_step"),
+        ("agent.n_step=49995", "agent.n_step"),
+        ("agent.double=maybe", "agent.double"),
+    ],
+)
 def test_bad_variant_params_are_one_line_and_exit_2(override, field):
-    result = subprocess.run([sys.executable, "-m", "reprodqn.cli", "params", "--params",
-                             str(PARAMS), "--explain", "agent", "--set", override],
-                            capture_output=True, text=True, env=cli_env())
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "params",
+            "--params",
+            str(PARAMS),
+            "--explain",
+            "agent",
+            "--set",
+            override,
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+    )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and field in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_unknown_preset_and_unfitting_capacity_are_one_line_and_exit_2(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "reprodqn.cli", "params", "--params",
-                             str(PARAMS), "--preset", "rainbow", "--out", str(tmp_path / "p")],
-                            capture_output=True, text=True, env=cli_env())
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "params",
+            "--params",
+            str(PARAMS),
+            "--preset",
+            "rainbow",
+            "--out",
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+    )
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "--preset rainbow: no presets/rainbow.yaml beside" in result.stderr
-    assert "expected one of adam, authors-2018, deepmind-2015, double, dueling, laptop, per, " \
-           "r2d2-priority, smoke" in result.stderr
-    command = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "deterministic",
-               "--run", "0", "--params", str(PARAMS), "--runs-dir", str(tmp_path)]
+    assert (
+        "expected one of adam, authors-2018, deepmind-2015, double, dueling, laptop, per, "
+        "r2d2-priority, smoke" in result.stderr
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "reprodqn.cli",
+        "train",
+        "--group",
+        "deterministic",
+        "--run",
+        "0",
+        "--params",
+        str(PARAMS),
+        "--runs-dir",
+        str(tmp_path),
+    ]
     for item in [*TINY, "replay.prioritized=true", "replay.capacity=100000000000"]:
         command += ["--set", item]
     result = subprocess.run(command, capture_output=True, text=True, env=cli_env())
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert len(errors) == 1 and errors[0].startswith("reprodqn: error: replay.capacity "
-                                                     "(100,000,000,000): prioritized replay "
-                                                     "needs"), result.stderr  # after "starting"
+    assert len(errors) == 1 and errors[0].startswith(
+        "reprodqn: error: replay.capacity (100,000,000,000): prioritized replay needs"
+    ), result.stderr  # after "starting"
 
 
 def test_n_step_limit_follows_the_replay_history():
     assert load_params(PARAMS, ["agent.n_step=49994"]).agent.n_step == 49_994
-    with pytest.raises(InputError, match=r"agent.n_step \(49995\) exceeds what replay history "
-                                          r"allows: at most 49994"):
+    with pytest.raises(
+        InputError,
+        match=r"agent.n_step \(49995\) exceeds what replay history "
+        r"allows: at most 49994",
+    ):
         load_params(PARAMS, ["agent.n_step=49995"])
 
 
 def test_prioritized_run_killed_after_many_tree_updates_resumes_to_the_uninterrupted_chain(
-        tmp_path):
+    tmp_path,
+):
     """kill -9 a real R2D2-priority run (PER, 5-step, Double) after its first resume point,
     by which time the tree has taken ~125 batches of new priorities; rerun; same chain."""
     import signal
     import time
 
-    overrides = [*TINY, "train.steps=1200", "train.resume_every=700", "agent.double=true",
-                 "replay.prioritized=true", "agent.n_step=5", "priority.eta=0.9",
-                 "priority.alpha=0.9", "priority.importance_weights=false"]
-    command = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "minibatch", "--run",
-               "1", "--params", str(PARAMS)]
+    overrides = [
+        *TINY,
+        "train.steps=1200",
+        "train.resume_every=700",
+        "agent.double=true",
+        "replay.prioritized=true",
+        "agent.n_step=5",
+        "priority.eta=0.9",
+        "priority.alpha=0.9",
+        "priority.importance_weights=false",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "reprodqn.cli",
+        "train",
+        "--group",
+        "minibatch",
+        "--run",
+        "1",
+        "--params",
+        str(PARAMS),
+    ]
     for item in overrides:
         command += ["--set", item]
-    subprocess.run([*command, "--runs-dir", str(tmp_path / "whole")], check=True,
-                   capture_output=True, env=cli_env())
+    subprocess.run(
+        [*command, "--runs-dir", str(tmp_path / "whole")],
+        check=True,
+        capture_output=True,
+        env=cli_env(),
+    )
     run_dir = tmp_path / "killed" / "minibatch" / "1"
-    process = subprocess.Popen([*command, "--runs-dir", str(tmp_path / "killed")],
-                               env=cli_env(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [*command, "--runs-dir", str(tmp_path / "killed")],
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     marker = run_dir / "resume" / "latest.json"
     deadline = time.monotonic() + 300
     while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
@@ -204,8 +287,13 @@ def test_prioritized_run_killed_after_many_tree_updates_resumes_to_the_uninterru
     assert process.poll() is None, "training finished before it could be killed"
     process.send_signal(signal.SIGKILL)
     process.wait()
-    rerun = subprocess.run([*command, "--runs-dir", str(tmp_path / "killed")],
-                           capture_output=True, text=True, env=cli_env())
+    rerun = subprocess.run(
+        [*command, "--runs-dir", str(tmp_path / "killed")],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+    )
     assert rerun.returncode == 0 and "resumed at step 700" in rerun.stderr, rerun.stderr
     assert (run_dir / "hashes.jsonl").read_bytes() == (
-        tmp_path / "whole" / "minibatch" / "1" / "hashes.jsonl").read_bytes()
+        tmp_path / "whole" / "minibatch" / "1" / "hashes.jsonl"
+    ).read_bytes()

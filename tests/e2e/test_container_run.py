@@ -24,38 +24,62 @@ PODMAN = {"CONTAINER": "podman", "IMAGE": IMAGE}
 
 def make(log: Path, *target: str, **variables) -> subprocess.Popen:
     args = ["make", "-C", str(ROOT), *target, *(f"{k}={v}" for k, v in variables.items())]
-    return subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            env=cli_env(), stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        args,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=cli_env(),
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def finish(process: subprocess.Popen, log: Path) -> None:
     status = process.wait()
-    assert status == 0, f"{' '.join(process.args)} exited {status}:\n" + \
-        "\n".join(log.read_text().splitlines()[-40:])
+    assert status == 0, f"{' '.join(process.args)} exited {status}:\n" + "\n".join(
+        log.read_text().splitlines()[-40:]
+    )
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory) -> dict[str, Path]:
     """The smoke study run outside (this venv) and inside the image, on this machine."""
     if shutil.which("podman") is None or shutil.which("debootstrap") is None:
-        pytest.fail("podman and debootstrap not installed (apt-get install podman "
-                    "debootstrap runc)")
+        pytest.fail(
+            "podman and debootstrap not installed (apt-get install podman debootstrap runc)"
+        )
     tmp = tmp_path_factory.mktemp("container")
     outside, inside = tmp / "outside", tmp / "inside"
     log = {name: tmp / f"{name}.log" for name in ("outside", "base", "build", "inside")}
     # outside first, in the background: it overlaps the base and the build, not the run
     running = make(log["outside"], "smoke", SMOKE=outside, MLFLOW_DB=tmp / "mlflow.db")
-    for name, process in (("base", subprocess.Popen(
-            [ROOT / ".ci/container/base", BASE], stdout=log["base"].open("w"),
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)),
-            ("build", make(log["build"], "docker-build", TORCH="cpu", BASE=BASE, **PODMAN))):
+    for name, process in (
+        (
+            "base",
+            subprocess.Popen(
+                [ROOT / ".ci/container/base", BASE],
+                stdout=log["base"].open("w"),
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            ),
+        ),
+        ("build", make(log["build"], "docker-build", TORCH="cpu", BASE=BASE, **PODMAN)),
+    ):
         finish(process, log[name])
     finish(running, log["outside"])
     finish(make(log["inside"], "smoke-workspace", SMOKE=inside), log["inside"])
     for path in (inside, *inside.rglob("*")):
         os.lchown(path, *CALLER)
-    finish(make(log["inside"], "docker-run", WORKSPACE=inside, USER_ID=CALLER[0],
-                GROUP_ID=CALLER[1], **PODMAN), log["inside"])
+    finish(
+        make(
+            log["inside"],
+            "docker-run",
+            WORKSPACE=inside,
+            USER_ID=CALLER[0],
+            GROUP_ID=CALLER[1],
+            **PODMAN,
+        ),
+        log["inside"],
+    )
     return {"inside": inside, "outside": outside}
 
 
@@ -72,21 +96,29 @@ def test_the_report_exists_and_the_deterministic_group_replicates_inside(smoke):
 
 
 def test_every_file_in_the_workspace_belongs_to_the_calling_user(smoke):
-    written = [p for p in smoke["inside"].rglob("*")
-               if (p.lstat().st_uid, p.lstat().st_gid) != CALLER]
+    written = [
+        p for p in smoke["inside"].rglob("*") if (p.lstat().st_uid, p.lstat().st_gid) != CALLER
+    ]
     assert not written, f"{len(written)} files not owned by {CALLER}, e.g. {written[:3]}"
     assert (smoke["inside"] / "dvc.lock").exists()  # dvc repro did write here
 
 
 def test_conditions_name_the_image_digest_and_that_it_ran_inside_a_container(smoke):
     image_id = subprocess.run(
-        ["podman", "image", "inspect", "--format", "{{.Id}}", IMAGE], capture_output=True,
-        text=True, check=True, env=cli_env(CONTAINERS_CONF=str(
-            ROOT / ".ci/container/containers.conf"))).stdout.strip()
+        ["podman", "image", "inspect", "--format", "{{.Id}}", IMAGE],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=cli_env(CONTAINERS_CONF=str(ROOT / ".ci/container/containers.conf")),
+    ).stdout.strip()
     container = conditions(smoke["inside"])["container"]
-    assert container == {"inside_container": True, "engine": "podman", "image": IMAGE,
-                         "image_digest": f"sha256:{image_id.removeprefix('sha256:')}",
-                         "torch_build": "cpu"}
+    assert container == {
+        "inside_container": True,
+        "engine": "podman",
+        "image": IMAGE,
+        "image_digest": f"sha256:{image_id.removeprefix('sha256:')}",
+        "torch_build": "cpu",
+    }
     # outside may itself be a container (CI's machine is one), but not this image
     outside = conditions(smoke["outside"])["container"]
     assert outside["engine"] != "podman" and outside["image_digest"] is None

@@ -28,29 +28,54 @@ ENGINE = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
 
 def inside(workspace: Path, *command: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*ENGINE, "run", "--rm", "--user", "0:0", "-v", f"{workspace}:/workspace",
-         "-w", "/workspace", "-e", "HOME=/tmp", IMAGE, *command], capture_output=True,
-        text=True, env=cli_env(CONTAINERS_CONF=str(ROOT / ".ci/container/containers.conf")))
+        [
+            *ENGINE,
+            "run",
+            "--rm",
+            "--user",
+            "0:0",
+            "-v",
+            f"{workspace}:/workspace",
+            "-w",
+            "/workspace",
+            "-e",
+            "HOME=/tmp",
+            IMAGE,
+            *command,
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(CONTAINERS_CONF=str(ROOT / ".ci/container/containers.conf")),
+    )
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
     if shutil.which("podman") is None or shutil.which("debootstrap") is None:
-        pytest.fail("podman and debootstrap not installed (apt-get install podman "
-                    "debootstrap runc)")
+        pytest.fail(
+            "podman and debootstrap not installed (apt-get install podman debootstrap runc)"
+        )
     tmp = tmp_path_factory.mktemp("cuda-image")
     log = tmp / "build.log"
-    finish(subprocess.Popen([ROOT / ".ci/container/base", BASE], stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), log)
+    finish(
+        subprocess.Popen(
+            [ROOT / ".ci/container/base", BASE],
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        ),
+        log,
+    )
     start = time.perf_counter()
-    finish(make(log, "docker-build", TORCH="cuda", BASE=BASE, CONTAINER="podman",
-                IMAGE=IMAGE), log)
-    size = subprocess.run([*ENGINE, "image", "inspect", "--format", "{{.Size}}", IMAGE],
-                          capture_output=True, text=True, check=True,
-                          env=cli_env(CONTAINERS_CONF=str(ROOT / ".ci/container/"
-                                                          "containers.conf"))).stdout
-    print(f"cuda image: built in {time.perf_counter() - start:.0f} s, "
-          f"{int(size) / 1e9:.2f} GB")
+    finish(make(log, "docker-build", TORCH="cuda", BASE=BASE, CONTAINER="podman", IMAGE=IMAGE), log)
+    size = subprocess.run(
+        [*ENGINE, "image", "inspect", "--format", "{{.Size}}", IMAGE],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=cli_env(CONTAINERS_CONF=str(ROOT / ".ci/container/containers.conf")),
+    ).stdout
+    print(f"cuda image: built in {time.perf_counter() - start:.0f} s, {int(size) / 1e9:.2f} GB")
     root = tmp / "workspace"
     root.mkdir()
     shutil.copy(PARAMS, root / "params.yaml")

@@ -22,10 +22,23 @@ README_MAX_LINES = 200
 
 def build(site: Path, config: Path = ROOT / "mkdocs.yml") -> subprocess.CompletedProcess:
     # from the repository root: the snippets (README, CHANGELOG) are read relative to it
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
-                           str(config), "--site-dir", str(site)], cwd=ROOT,
-                          capture_output=True, text=True, env={"NO_MKDOCS_2_WARNING": "1",
-                                                               "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(config),
+            "--site-dir",
+            str(site),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +94,13 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("page, heading, table", [
-    ("", "reprodqn", "deterministic"),
-    ("laptop/", "The paper's study on a laptop", "initialization"),
-])
+@pytest.mark.parametrize(
+    "page, heading, table",
+    [
+        ("", "reprodqn", "deterministic"),
+        ("laptop/", "The paper's study on a laptop", "initialization"),
+    ],
+)
 def test_a_page_renders_with_its_figures(served, driver, page, heading, table):
     driver.get(f"{served}/{page}")
     assert driver.find_element("css selector", "article h1").text.startswith(heading)
@@ -93,9 +109,12 @@ def test_a_page_renders_with_its_figures(served, driver, page, heading, table):
     images = driver.find_elements("css selector", "article img")
     assert images
     loaded = driver.execute_script(
-        "return arguments[0].map(i => i.complete && i.naturalWidth > 0)", images)
-    assert all(loaded), [i.get_attribute("src") for i, ok in zip(images, loaded, strict=True)
-                         if not ok]
+        "return arguments[0].map(i => i.complete && i.naturalWidth > 0)", images
+    )
+    assert all(loaded), [
+        i.get_attribute("src") for i, ok in zip(images, loaded, strict=True) if not ok
+    ]
     stylesheet = driver.execute_script(
-        "return getComputedStyle(document.querySelector('.md-header')).position")
+        "return getComputedStyle(document.querySelector('.md-header')).position"
+    )
     assert stylesheet == "sticky"  # Material's theme loaded, not bare HTML

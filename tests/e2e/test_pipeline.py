@@ -22,8 +22,11 @@ TINY_STUDY = {
     **TINY_OVERLAY,
     "study": {"runs_per_group": 2},
     # the paper's method, our draw: evaluation then depends on the start-state pipeline
-    "evaluation": {"episodes": 3, "max_frames": 600,
-                   "start_sequences": "start_sequences/selected.json"},
+    "evaluation": {
+        "episodes": 3,
+        "max_frames": 600,
+        "start_sequences": "start_sequences/selected.json",
+    },
     "start_states": {"candidates": 24, "top_k": 8, "selected": 3},
     "ranker": {"steps": 400},
 }
@@ -36,8 +39,13 @@ def env() -> dict:
 
 
 def dvc(workspace: Path, *args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(Path(sys.executable).parent / "dvc"), *args], cwd=workspace,
-                            capture_output=True, text=True, env=env())
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "dvc"), *args],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 
@@ -51,8 +59,7 @@ def status(workspace: Path) -> dict:
 def mentions(output: str, stage: str, what: str) -> bool:
     """Whether DVC's output says `what` of `stage` ('Running stage' or 'Stage ... didn't
     change'), whichever pipeline file it is in."""
-    return any(what.format(name) in output for name in (stage,
-                                                        f"start_sequences/dvc.yaml:{stage}"))
+    return any(what.format(name) in output for name in (stage, f"start_sequences/dvc.yaml:{stage}"))
 
 
 def mlflow_runs(workspace: Path):
@@ -77,9 +84,23 @@ def fresh_clone(root: Path, study: dict) -> Path:
         shutil.copy(ROOT / "start_sequences" / name, root / "start_sequences" / name)
     overlay = root / "tiny.yaml"
     overlay.write_text(yaml.safe_dump(study))
-    subprocess.run([sys.executable, "-m", "reprodqn.cli", "params", "--params",
-                    str(ROOT / "params.yaml"), "--overlay", str(overlay), "--out",
-                    str(root / "params.yaml")], check=True, env=env(), capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "params",
+            "--params",
+            str(ROOT / "params.yaml"),
+            "--overlay",
+            str(overlay),
+            "--out",
+            str(root / "params.yaml"),
+        ],
+        check=True,
+        env=env(),
+        capture_output=True,
+    )
     return root
 
 
@@ -95,21 +116,36 @@ def test_with_the_authors_states_no_start_state_stage_runs(tmp_path):
     training at paper scale), so `dvc repro` on a fresh clone plans none of its stages."""
     study = {key: value for key, value in TINY_STUDY.items() if key != "evaluation"}
     root = fresh_clone(tmp_path / "clone", {**study, "evaluation": {"episodes": 3}})
-    assert yaml.safe_load((root / "params.yaml").read_text())["evaluation"][
-        "start_sequences"] == "start_sequences/authors.json"
+    assert (
+        yaml.safe_load((root / "params.yaml").read_text())["evaluation"]["start_sequences"]
+        == "start_sequences/authors.json"
+    )
     upstream = dvc(root, "dag", "report").stdout
     assert "evaluate" in upstream and "ranker" not in upstream and "select" not in upstream
     to_run = json.loads(dvc(root, "status", "--json", "report", "--with-deps").stdout)
-    assert {name.split(":")[-1] for name in to_run} == {"conditions", "audit", "train",
-                                                        "evaluate", "report"}
+    assert {name.split(":")[-1] for name in to_run} == {
+        "conditions",
+        "audit",
+        "train",
+        "evaluate",
+        "report",
+    }
     everything = json.loads(dvc(root, "status", "--json").stdout)  # still there to run
     assert {"candidates", "ranker", "select"} <= {name.split(":")[-1] for name in everything}
 
 
 def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
     root, first = workspace
-    for stage in ("conditions", "audit", "candidates", "ranker", "select", "train", "evaluate",
-                  "report"):
+    for stage in (
+        "conditions",
+        "audit",
+        "candidates",
+        "ranker",
+        "select",
+        "train",
+        "evaluate",
+        "report",
+    ):
         assert mentions(first.stdout, stage, "Running stage '{}'")
     assert "study train: 12 jobs" in first.stderr and "12/12 jobs" in first.stderr
     for group in GROUPS:
@@ -125,7 +161,8 @@ def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
     assert shown["replicable"] is True and set(shown["table1"]) == set(GROUPS)
     assert shown["first_divergence_step"]["initialization"]["weights"] == 0
     parting = json.loads((root / "reports" / "metrics.json").read_text())[
-        "first_divergence_step"]  # dvc metrics show leaves out "never" (null)
+        "first_divergence_step"
+    ]  # dvc metrics show leaves out "never" (null)
     assert parting["deterministic"] == {"weights": None, "losses": None, "evaluation": None}
     assert parting["initialization"]["weights"] == 0  # different weights from the start
     for group in ("gpu", "exploration", "minibatch", "environment"):  # gpu: sums' order
@@ -172,15 +209,23 @@ def test_mlflow_holds_every_run_metric_and_artifact(workspace):
         run = by_name[name]
         assert run.info.status == "FINISHED"
         assert run.data.tags["mlflow.parentRunId"] == study_id  # nested under the study
-        assert {"loss", "epsilon", "steps_per_second", "eval_mean_score",
-                "probe_q_spread", "probe_greedy_actions"} <= set(run.data.metrics)
+        assert {
+            "loss",
+            "epsilon",
+            "steps_per_second",
+            "eval_mean_score",
+            "probe_q_spread",
+            "probe_greedy_actions",
+        } <= set(run.data.metrics)
         assert any(k.startswith("system/") for k in run.data.metrics)
         tags = run.data.tags
         assert tags["reprodqn.group"] == name.split("/")[0] and tags["reprodqn.device"] == "cpu"
         assert len(tags["reprodqn.fingerprint"]) == 64 and "reprodqn.git_commit" in tags
         group, index = name.split("/")
-        assert json.loads(tags["reprodqn.seeds"]) == resolve_run(params, group,
-                                                                 int(index)).seeds.model_dump()
+        assert (
+            json.loads(tags["reprodqn.seeds"])
+            == resolve_run(params, group, int(index)).seeds.model_dump()
+        )
         assert run.data.params["agent.network"] == "nips"
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"hashes.jsonl", "eval.csv", "conditions.json", "config.json"} <= artifacts
@@ -188,10 +233,13 @@ def test_mlflow_holds_every_run_metric_and_artifact(workspace):
         assert {"study/sbom.cdx.json", "study/conditions.json"} <= study_files
         history = client.get_metric_history(run.info.run_id, "eval_mean_score")
         assert sorted(m.step for m in history) == [0, 200, 400, 600]
-    report_files = {a.path for a in client.list_artifacts(by_name["study"].info.run_id,
-                                                          "report")}
-    assert {"report/table1.md", "report/figure1.png", "report/replicability.json",
-            "report/report.html"} <= report_files
+    report_files = {a.path for a in client.list_artifacts(by_name["study"].info.run_id, "report")}
+    assert {
+        "report/table1.md",
+        "report/figure1.png",
+        "report/replicability.json",
+        "report/report.html",
+    } <= report_files
 
 
 def test_a_second_repro_reruns_nothing_and_logs_nothing_twice(workspace):
@@ -204,12 +252,15 @@ def test_a_second_repro_reruns_nothing_and_logs_nothing_twice(workspace):
     assert len(runs) == 13
 
 
-@pytest.mark.parametrize("key, value, stale", [
-    ("evaluation.max_frames", 500, {"evaluate", "report"}),
-    ("train.log_every", 50, {"ranker", "train"}),
-    ("start_states.selection_seed", 7, {"select"}),
-    ("seeds.minibatch", 1, {"ranker", "train"}),
-])
+@pytest.mark.parametrize(
+    "key, value, stale",
+    [
+        ("evaluation.max_frames", 500, {"evaluate", "report"}),
+        ("train.log_every", 50, {"ranker", "train"}),
+        ("start_states.selection_seed", 7, {"select"}),
+        ("seeds.minibatch", 1, {"ranker", "train"}),
+    ],
+)
 def test_changing_one_knob_reruns_only_what_depends_on_it(workspace, key, value, stale):
     root, _ = workspace
     params_path = root / "params.yaml"
@@ -228,8 +279,13 @@ def test_the_bundle_verifies_and_a_divergence_is_found(workspace, tmp_path):
     root, _ = workspace
     archive = tmp_path / "bundle.tar.gz"
     run = [sys.executable, "-m", "reprodqn.cli"]
-    subprocess.run([*run, "bundle", "--out", str(archive)], cwd=root, check=True, env=env(),
-                   capture_output=True)
+    subprocess.run(
+        [*run, "bundle", "--out", str(archive)],
+        cwd=root,
+        check=True,
+        env=env(),
+        capture_output=True,
+    )
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path / "unpacked", filter="data")
     reference = tmp_path / "unpacked" / "reprodqn-bundle"
@@ -241,8 +297,13 @@ def test_the_bundle_verifies_and_a_divergence_is_found(workspace, tmp_path):
     assert listed["runs/minibatch/1/hashes.jsonl"] == listed["reports/report.html"] == "output"
     assert listed["start_sequences/selected.json"] == "input"
     assert (reference / "CITATION.cff").exists() and (tmp_path / "CITATION.cff").exists()
-    same = subprocess.run([*run, "verify", "--reference", str(reference)], cwd=root,
-                          capture_output=True, text=True, env=env())
+    same = subprocess.run(
+        [*run, "verify", "--reference", str(reference)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
     assert same.returncode == 0 and "identical: 12 runs" in same.stdout
 
     hashes = reference / "runs" / "minibatch" / "1" / "hashes.jsonl"
@@ -251,11 +312,21 @@ def test_the_bundle_verifies_and_a_divergence_is_found(workspace, tmp_path):
     entry["weights_sha256"] = "0" * 64
     lines[2] = json.dumps(entry)
     hashes.write_text("\n".join(lines) + "\n")
-    tampered = subprocess.run([*run, "verify", "--reference", str(reference)], cwd=root,
-                              capture_output=True, text=True, env=env())
+    tampered = subprocess.run(
+        [*run, "verify", "--reference", str(reference)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
     assert tampered.returncode == 2 and "do not match the bundle's MANIFEST" in tampered.stderr
     (reference / "MANIFEST.sha256").unlink()
-    different = subprocess.run([*run, "verify", "--reference", str(reference)], cwd=root,
-                               capture_output=True, text=True, env=env())
+    different = subprocess.run(
+        [*run, "verify", "--reference", str(reference)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
     assert different.returncode == 1
     assert "first divergence in minibatch/1 at checkpoint step 400 (weights)" in different.stdout

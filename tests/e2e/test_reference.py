@@ -21,14 +21,14 @@ from tests.helpers import ROOT, cli_env
 
 # each reference, and the step its spot check retrains to
 SPOT_CHECKS = {
-    "smoke": 3000,    # the run's end: updates from step 1000, a checkpoint every 1000
+    "smoke": 3000,  # the run's end: updates from step 1000, a checkpoint every 1000
     "laptop": 60000,  # the first checkpoint after learning starts (50K): 5,000 updates, ~3 min
 }
 # references that today's code is known not to reproduce, until their make target remakes
 # them: their spot check and preset check must fail (strict), so this entry goes with them
 REMAKING = {
     "laptop": "made before every CPU layer ran in oneDNN and before the gpu group joined "
-              "the laptop study (reference/laptop/README.md); make laptop-reference remakes it",
+    "the laptop study (reference/laptop/README.md); make laptop-reference remakes it",
 }
 # what its make target (smoke-workspace, laptop-workspace) applies over params.yaml
 OVERLAYS = {
@@ -52,9 +52,25 @@ def expect_stale(request, reference: tuple[Path, int]) -> None:
 
 def verify(reference: Path, until: int, scratch: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "reprodqn.cli", "verify", "--reference", str(reference),
-         "--rerun", "deterministic/0", "--until", str(until), "--scratch", str(scratch)],
-        capture_output=True, text=True, env=cli_env(), cwd=scratch.parent)
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "verify",
+            "--reference",
+            str(reference),
+            "--rerun",
+            "deterministic/0",
+            "--until",
+            str(until),
+            "--scratch",
+            str(scratch),
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        cwd=scratch.parent,
+    )
 
 
 def test_the_reference_was_made_with_todays_presets(reference, tmp_path, request):
@@ -63,11 +79,26 @@ def test_the_reference_was_made_with_todays_presets(reference, tmp_path, request
     expect_stale(request, reference)
     path, _ = reference
     fresh = tmp_path / "params.yaml"
-    subprocess.run([sys.executable, "-m", "reprodqn.cli", "params", "--params", "params.yaml",
-                    *OVERLAYS[path.name], "--out", str(fresh)],
-                   check=True, capture_output=True, env=cli_env(), cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "params",
+            "--params",
+            "params.yaml",
+            *OVERLAYS[path.name],
+            "--out",
+            str(fresh),
+        ],
+        check=True,
+        capture_output=True,
+        env=cli_env(),
+        cwd=ROOT,
+    )
     assert fresh.read_text() == (path / "params.yaml").read_text(), (
-        f"{path}/params.yaml differs from today's presets: make {path.name}-reference")
+        f"{path}/params.yaml differs from today's presets: make {path.name}-reference"
+    )
 
 
 def test_the_committed_reference_replicates_here(reference, tmp_path, request):
@@ -97,8 +128,11 @@ def test_a_chain_altered_with_its_manifest_fails_the_spot_check(reference, tmp_p
     lines = chain.read_text().splitlines()
     lines[0] = lines[0].replace(lines[0][-66:-2], "0" * 64)  # step 0's weights hash
     chain.write_text("\n".join(lines) + "\n")
-    names = sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*")
-                   if p.is_file() and p.name != MANIFEST)
+    names = sorted(
+        p.relative_to(copy).as_posix()
+        for p in copy.rglob("*")
+        if p.is_file() and p.name != MANIFEST
+    )
     (copy / MANIFEST).write_text(manifest_text({n: sha256_file(copy / n) for n in names}))
     result = verify(copy, until, tmp_path / "rerun")
     assert result.returncode == 1, result.stdout + result.stderr

@@ -27,8 +27,7 @@ TINY_STUDY = {**TINY_OVERLAY, "study": {"runs_per_group": 1}}
 @pytest.fixture(scope="module", autouse=True)
 def slurm_is_up():
     try:
-        up = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True,
-                            timeout=20)
+        up = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
         ok = up.returncode == 0 and up.stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         ok = False
@@ -45,9 +44,23 @@ def env() -> dict:
 def workspace(root: Path, overlay: dict, launcher: dict | None = None) -> Path:
     root.mkdir(parents=True)
     (root / "overlay.yaml").write_text(yaml.safe_dump(overlay))
-    subprocess.run([sys.executable, "-m", "reprodqn.cli", "params", "--params", str(PARAMS),
-                    "--overlay", str(root / "overlay.yaml"), "--out", str(root / "params.yaml")],
-                   check=True, capture_output=True, env=env())
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "params",
+            "--params",
+            str(PARAMS),
+            "--overlay",
+            str(root / "overlay.yaml"),
+            "--out",
+            str(root / "params.yaml"),
+        ],
+        check=True,
+        capture_output=True,
+        env=env(),
+    )
     if launcher is not None:
         (root / "launcher.yaml").write_text(yaml.safe_dump(launcher))
     return root
@@ -55,18 +68,27 @@ def workspace(root: Path, overlay: dict, launcher: dict | None = None) -> Path:
 
 def queued_jobs() -> set[str]:
     """Ids of every job Slurm still lists (a finished job may linger while its epilog runs)."""
-    return set(subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
-                              check=True).stdout.split())
+    return set(
+        subprocess.run(
+            ["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
 
 
 def study(root: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "reprodqn.cli", "study", "train", *extra],
-                          cwd=root, capture_output=True, text=True, env=env())
+    return subprocess.run(
+        [sys.executable, "-m", "reprodqn.cli", "study", "train", *extra],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
 
 
 def test_a_study_through_slurm_has_the_local_executors_hash_chains(tmp_path):
-    slurm = workspace(tmp_path / "slurm", TINY_STUDY, {"partition": "main",
-                                                      "time_limit_minutes": 60})
+    slurm = workspace(
+        tmp_path / "slurm", TINY_STUDY, {"partition": "main", "time_limit_minutes": 60}
+    )
     local = workspace(tmp_path / "local", TINY_STUDY)
     through_slurm = study(slurm, "--launcher", "slurm")
     assert through_slurm.returncode == 0, through_slurm.stderr[-3000:]
@@ -88,8 +110,7 @@ def test_a_study_through_slurm_has_the_local_executors_hash_chains(tmp_path):
 
 
 def job_state(job_id: str) -> dict[str, str]:
-    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
     return dict(item.split("=", 1) for item in out.split() if "=" in item)
 
 
@@ -119,45 +140,97 @@ launch.check(executor.run([job], "preemption"), "preemption")
 def test_a_preempted_training_job_requeues_resumes_and_ends_bitwise_identical(tmp_path):
     # long enough to be preempted mid-run; cpus_per_run=2 fills the node so `urgent` must
     # preempt it
-    overrides = [*TINY, "train.steps=20000", "train.checkpoint_every=2000",
-                 "train.resume_every=1000", "train.log_every=500"]
+    overrides = [
+        *TINY,
+        "train.steps=20000",
+        "train.checkpoint_every=2000",
+        "train.resume_every=1000",
+        "train.log_every=500",
+    ]
     runs = tmp_path / "runs"
-    argv = ["train", "--group", "deterministic", "--run", "0", "--params", str(PARAMS),
-            "--restart"]
+    argv = ["train", "--group", "deterministic", "--run", "0", "--params", str(PARAMS), "--restart"]
     for item in overrides:
         argv += ["--set", item]
     # the uninterrupted run, through the same command (and so the same CPU floor)
-    subprocess.run([sys.executable, "-m", "reprodqn.cli", *argv, "--runs-dir",
-                    str(tmp_path / "reference")], check=True, capture_output=True, env=env())
-    reference = [json.loads(x) for x in (tmp_path / "reference" / "deterministic" / "0" /
-                                         "hashes.jsonl").read_text().splitlines()]
+    subprocess.run(
+        [sys.executable, "-m", "reprodqn.cli", *argv, "--runs-dir", str(tmp_path / "reference")],
+        check=True,
+        capture_output=True,
+        env=env(),
+    )
+    reference = [
+        json.loads(x)
+        for x in (tmp_path / "reference" / "deterministic" / "0" / "hashes.jsonl")
+        .read_text()
+        .splitlines()
+    ]
     argv += ["--runs-dir", str(runs)]
-    settings = {"partition": "main", "time_limit_minutes": 120, "cpus_per_run": 2,
-                "log_dir": str(tmp_path / "logs")}  # long enough not to count as a timeout
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps(settings),
-                               json.dumps(argv)], cwd=tmp_path, env=env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    settings = {
+        "partition": "main",
+        "time_limit_minutes": 120,
+        "cpus_per_run": 2,
+        "log_dir": str(tmp_path / "logs"),
+    }  # long enough not to count as a timeout
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, json.dumps(settings), json.dumps(argv)],
+        cwd=tmp_path,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     run_dir = runs / "deterministic" / "0"
     job_id = None
     try:
-        job_id = wait_for(lambda: next((line.split()[0] for line in subprocess.run(
-            ["squeue", "-h", "-o", "%i %j %T"], capture_output=True,
-            text=True).stdout.splitlines() if "preemption" in line and "RUNNING" in line),
-            None), 120, "the job to run")
+        job_id = wait_for(
+            lambda: next(
+                (
+                    line.split()[0]
+                    for line in subprocess.run(
+                        ["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True
+                    ).stdout.splitlines()
+                    if "preemption" in line and "RUNNING" in line
+                ),
+                None,
+            ),
+            120,
+            "the job to run",
+        )
         wait_for(lambda: (run_dir / "resume" / "latest.json").exists(), 180, "a resume point")
-        urgent = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "-c", "2", "-o",
-                                 str(tmp_path / "urgent.out"), "--wrap", "sleep 5"],
-                                capture_output=True, text=True, check=True).stdout.strip()
+        urgent = subprocess.run(
+            [
+                "sbatch",
+                "--parsable",
+                "-p",
+                "urgent",
+                "-c",
+                "2",
+                "-o",
+                str(tmp_path / "urgent.out"),
+                "--wrap",
+                "sleep 5",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         wait_for(lambda: job_state(job_id).get("Restarts", "0") != "0", 180, "the preemption")
         # Slurm holds a requeued job for 2 minutes; let it start once the node is free
-        wait_for(lambda: job_state(urgent).get("JobState") == "COMPLETED" or
-                 not job_state(urgent), 120, "the urgent job")
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"],
-                       capture_output=True)
+        wait_for(
+            lambda: job_state(urgent).get("JobState") == "COMPLETED" or not job_state(urgent),
+            120,
+            "the urgent job",
+        )
+        subprocess.run(
+            ["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True
+        )
         output, _ = driver.communicate(timeout=600)
         # the next test compares the queue before and after: leave it as this test found it
-        wait_for(lambda: job_id.split("_")[0] not in {j.split("_")[0] for j in queued_jobs()},
-                 60, "the job to leave the queue")
+        wait_for(
+            lambda: job_id.split("_")[0] not in {j.split("_")[0] for j in queued_jobs()},
+            60,
+            "the job to leave the queue",
+        )
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -169,20 +242,27 @@ def test_a_preempted_training_job_requeues_resumes_and_ends_bitwise_identical(tm
     assert "this job is preempted" in log  # submitit saw a preemption, not a timeout
     assert "DUE TO PREEMPTION" in log or "DUE TO JOB REQUEUE" in log
     assert "resumed at step" in log
-    assert [json.loads(x) for x in (run_dir / "hashes.jsonl").read_text().splitlines()] == \
-        reference
+    assert [json.loads(x) for x in (run_dir / "hashes.jsonl").read_text().splitlines()] == reference
 
 
-@pytest.mark.parametrize("launcher, message", [
-    ({"partition": "nowhere"}, "partition 'nowhere' is not a Slurm partition here"),
-    ({"munge_check": ["munge", "-n", "--socket", "/nonexistent/munge.socket"]},
-     "munge could not create a credential"),
-    ({"time_limit_minutes": 1, "steps_per_second": 1},
-     "time_limit_minutes=1 is below one resume interval"),
-    ({"partition": "main", "gpus": 1}, "launcher.yaml: gpus: unknown key"),
-])
-def test_bad_launcher_settings_are_one_line_before_anything_is_submitted(tmp_path, launcher,
-                                                                        message):
+@pytest.mark.parametrize(
+    "launcher, message",
+    [
+        ({"partition": "nowhere"}, "partition 'nowhere' is not a Slurm partition here"),
+        (
+            {"munge_check": ["munge", "-n", "--socket", "/nonexistent/munge.socket"]},
+            "munge could not create a credential",
+        ),
+        (
+            {"time_limit_minutes": 1, "steps_per_second": 1},
+            "time_limit_minutes=1 is below one resume interval",
+        ),
+        ({"partition": "main", "gpus": 1}, "launcher.yaml: gpus: unknown key"),
+    ],
+)
+def test_bad_launcher_settings_are_one_line_before_anything_is_submitted(
+    tmp_path, launcher, message
+):
     root = workspace(tmp_path / "w", TINY_STUDY, launcher)
     before = queued_jobs()
     result = study(root, "--launcher", "slurm")
@@ -216,9 +296,14 @@ results = slurm.SlurmExecutor(settings, cores_per_job=1, workspace=Path.cwd(), e
                                                                                "study")
 launch.check(results, "study")
 """
-    result = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "logs"), str(PARAMS)],
-                            cwd=tmp_path, capture_output=True, text=True, env=env(),
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", driver, str(tmp_path / "logs"), str(PARAMS)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=300,
+    )
     assert result.returncode != 0
     assert "study: 1 of 1 jobs failed: initialization/3 (log " in result.stderr
     logs = list((tmp_path / "logs").rglob("*_log.err"))

@@ -51,8 +51,10 @@ def test_eval_mode_plays_the_evaluators_episodes(sticky_p):
     env = breakout.BreakoutEnv(mode="eval", max_frames=1200, sticky_p=sticky_p)
     # chunks of 1: the env steps one episode at a time; play() then batches nothing either
     protocol = Protocol("breakout", 4, 4, 84, 1200, sticky_p, 1, "linear", "authors")
-    specs = [EpisodeSpec(k, sticky_seed=k) if sticky_p else EpisodeSpec(k, start_sequence=k)
-             for k in range(4)]
+    specs = [
+        EpisodeSpec(k, sticky_seed=k) if sticky_p else EpisodeSpec(k, start_sequence=k)
+        for k in range(4)
+    ]
     expected = play(net, specs, protocol, env.sequences)
     for result in expected:
         observation, info = env.reset(options={"episode": result.episode})
@@ -105,17 +107,25 @@ def play_vector(step, reset, n: int, same_step: bool = False) -> dict[int, tuple
 
 
 def gymnasium_vector(n: int, mode: str, autoreset) -> dict[int, tuple]:
-    envs = gym.make_vec(breakout.ENV_ID, num_envs=n, vectorization_mode=mode,
-                        vector_kwargs={"autoreset_mode": autoreset}, mode="eval",
-                        max_frames=CAP, episode_stride=n)
+    envs = gym.make_vec(
+        breakout.ENV_ID,
+        num_envs=n,
+        vectorization_mode=mode,
+        vector_kwargs={"autoreset_mode": autoreset},
+        mode="eval",
+        max_frames=CAP,
+        episode_stride=n,
+    )
     same_step = autoreset == gym.vector.AutoresetMode.SAME_STEP
 
     def step(actions):
         observations, _, terminated, truncated, infos = envs.step(np.array(actions))
         done = terminated | truncated
         source = infos["final_info"] if same_step and "final_info" in infos else infos
-        ended = [(int(source["episode_index"][i]), float(source["score"][i]),
-                  int(source["frames"][i])) for i in np.flatnonzero(done)]
+        ended = [
+            (int(source["episode_index"][i]), float(source["score"][i]), int(source["frames"][i]))
+            for i in np.flatnonzero(done)
+        ]
         return observations, ended
 
     try:
@@ -133,8 +143,10 @@ def sb3_vector(n: int, cls) -> dict[int, tuple]:
 
     def step(actions):
         observations, _, dones, infos = envs.step(np.array(actions))
-        ended = [(infos[i]["episode_index"], float(infos[i]["score"]), infos[i]["frames"])
-                 for i in np.flatnonzero(dones)]
+        ended = [
+            (infos[i]["episode_index"], float(infos[i]["score"]), infos[i]["frames"])
+            for i in np.flatnonzero(dones)
+        ]
         return observations, ended
 
     try:

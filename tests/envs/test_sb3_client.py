@@ -24,8 +24,16 @@ EPISODES, CAP = 6, 1200
 
 def learn(seed: int = 0) -> DQN:
     env = breakout.BreakoutEnv(mode="train", reward_clip=1.0)
-    model = DQN("CnnPolicy", env, buffer_size=2_000, learning_starts=500, train_freq=4,
-                target_update_interval=500, seed=seed, device="cpu")
+    model = DQN(
+        "CnnPolicy",
+        env,
+        buffer_size=2_000,
+        learning_starts=500,
+        train_freq=4,
+        target_update_interval=500,
+        seed=seed,
+        device="cpu",
+    )
     return model.learn(total_timesteps=1_500)
 
 
@@ -43,30 +51,53 @@ def test_sb3_dqn_learns_the_same_parameters_twice_from_one_seed(model):
     ours, theirs = first.policy.state_dict(), again.policy.state_dict()
     assert ours.keys() == theirs.keys()
     assert all(torch.equal(ours[name], theirs[name]) for name in ours)
-    assert not torch.equal(ours["q_net.q_net.0.weight"],
-                           learn(seed=1).policy.state_dict()["q_net.q_net.0.weight"])
+    assert not torch.equal(
+        ours["q_net.q_net.0.weight"], learn(seed=1).policy.state_dict()["q_net.q_net.0.weight"]
+    )
 
 
 def evaluate_policy_command(policy, out, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "reprodqn.cli", "evaluate-policy", str(policy), "--out-dir",
-            str(out), "--params", str(PARAMS), "--set", f"evaluation.episodes={EPISODES}",
-            "--set", f"evaluation.max_frames={CAP}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "reprodqn.cli",
+        "evaluate-policy",
+        str(policy),
+        "--out-dir",
+        str(out),
+        "--params",
+        str(PARAMS),
+        "--set",
+        f"evaluation.episodes={EPISODES}",
+        "--set",
+        f"evaluation.max_frames={CAP}",
+        *extra,
+    ]
 
 
 def test_evaluate_policy_scores_every_episode_as_sb3s_own_evaluation(model, tmp_path):
     trained, saved = model
     out = tmp_path / "out"
-    result = subprocess.run(evaluate_policy_command(saved, out, "--workers", "2"),
-                            capture_output=True, text=True, env=cli_env())
+    result = subprocess.run(
+        evaluate_policy_command(saved, out, "--workers", "2"),
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+    )
     assert result.returncode == 0, result.stderr
     assert "sha256 " in result.stderr.strip().splitlines()[-1]
     with open(out / workspace.EVAL_CSV) as handle:
         rows = list(csv.DictReader(handle))
     ours = [(float(r["score"]), int(r["frames"])) for r in rows]
     env = gym.make(breakout.ENV_ID, mode="eval", max_frames=CAP)  # plays episodes 0, 1, ...
-    scores, lengths = evaluate_policy(trained, env, n_eval_episodes=EPISODES,
-                                      deterministic=True, return_episode_rewards=True,
-                                      warn=False)
+    scores, lengths = evaluate_policy(
+        trained,
+        env,
+        n_eval_episodes=EPISODES,
+        deterministic=True,
+        return_episode_rewards=True,
+        warn=False,
+    )
     theirs = [(float(s), int(n) * 4) for s, n in zip(scores, lengths, strict=True)]
     assert [int(r["episode"]) for r in rows] == list(range(EPISODES))
     assert ours == theirs
@@ -87,13 +118,17 @@ def test_a_file_that_is_no_sb3_cnn_dqn_is_one_line_and_writes_nothing(model, tmp
         archive.writestr("data", "{}")
     mlp = tmp_path / "mlp.zip"
     DQN("MlpPolicy", gym.make("CartPole-v1"), device="cpu").save(mlp)
-    for policy, message in ((text, "not a zip file"), (empty, "no policy.pth in it"),
-                            (mlp, "no q_net.features_extractor.cnn.0.weight"),
-                            (three_frames, "has shape (32, 3, 8, 8), expected (32, 4, 8, 8)"),
-                            (tmp_path / "missing.zip", "not found")):
+    for policy, message in (
+        (text, "not a zip file"),
+        (empty, "no policy.pth in it"),
+        (mlp, "no q_net.features_extractor.cnn.0.weight"),
+        (three_frames, "has shape (32, 3, 8, 8), expected (32, 4, 8, 8)"),
+        (tmp_path / "missing.zip", "not found"),
+    ):
         out = tmp_path / f"out-{policy.stem}"
-        result = subprocess.run(evaluate_policy_command(policy, out), capture_output=True,
-                                text=True, env=cli_env())
+        result = subprocess.run(
+            evaluate_policy_command(policy, out), capture_output=True, text=True, env=cli_env()
+        )
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert message in result.stderr and not out.exists()
 
@@ -109,19 +144,32 @@ def test_a_reprodqn_network_in_sb3_scores_the_evaluators_episodes(model, sticky_
     trained, _ = model
     net = build_q_network("nature", 4, 4, 84, torch.Generator().manual_seed(11))
     ours = net.state_dict()
-    sb3 = DQN("CnnPolicy", breakout.BreakoutEnv(mode="eval", max_frames=CAP,
-                                                sticky_p=sticky_p), buffer_size=1_000, device="cpu")
+    sb3 = DQN(
+        "CnnPolicy",
+        breakout.BreakoutEnv(mode="eval", max_frames=CAP, sticky_p=sticky_p),
+        buffer_size=1_000,
+        device="cpu",
+    )
     state = sb3.policy.state_dict()
     for theirs, name in SB3_LAYERS.items():
         for kind in ("weight", "bias"):
             state[f"{theirs}.{kind}"] = ours[f"{name}.{kind}"]
     sb3.policy.load_state_dict(state)
     env = gym.make(breakout.ENV_ID, mode="eval", max_frames=CAP, sticky_p=sticky_p)
-    scores, lengths = evaluate_policy(sb3, env, n_eval_episodes=EPISODES, deterministic=True,
-                                      return_episode_rewards=True, warn=False)
+    scores, lengths = evaluate_policy(
+        sb3,
+        env,
+        n_eval_episodes=EPISODES,
+        deterministic=True,
+        return_episode_rewards=True,
+        warn=False,
+    )
     protocol = Protocol("breakout", 4, 4, 84, CAP, sticky_p, 16, "linear", "authors")
-    specs = [EpisodeSpec(k, sticky_seed=k) if sticky_p else EpisodeSpec(k, start_sequence=k)
-             for k in range(EPISODES)]
+    specs = [
+        EpisodeSpec(k, sticky_seed=k) if sticky_p else EpisodeSpec(k, start_sequence=k)
+        for k in range(EPISODES)
+    ]
     expected = play(net, specs, protocol, env.unwrapped.sequences)
-    assert [(float(s), int(n) * 4) for s, n in zip(scores, lengths, strict=True)] == \
-        [(float(r.score), r.frames) for r in expected]
+    assert [(float(s), int(n) * 4) for s, n in zip(scores, lengths, strict=True)] == [
+        (float(r.score), r.frames) for r in expected
+    ]

@@ -46,8 +46,9 @@ def step0_network():
 
 def series(step0: dict, later: list[dict]) -> list[dict]:
     """Probe records at step 0 and three later checkpoints, 50K steps apart."""
-    return [{"step": 0, **step0}] + [{"step": 50_000 * (k + 1), **found}
-                                     for k, found in enumerate(later)]
+    return [{"step": 0, **step0}] + [
+        {"step": 50_000 * (k + 1), **found} for k, found in enumerate(later)
+    ]
 
 
 def test_a_network_blind_to_the_screen_raises_the_alarm(states):
@@ -67,8 +68,11 @@ def test_a_network_blind_to_the_screen_raises_the_alarm(states):
 def test_a_network_that_learned_to_look_does_not(states, tmp_path):
     histories, chunk = states
     start = probe(step0_network(), histories, chunk)
-    learned = probe(load_network(LEARNED, recorded(LEARNED_STEP)["weights_sha256"],
-                                 torch.device("cpu")), histories, chunk)
+    learned = probe(
+        load_network(LEARNED, recorded(LEARNED_STEP)["weights_sha256"], torch.device("cpu")),
+        histories,
+        chunk,
+    )
     assert learned["q_spread"] > 2 * start["q_spread"] and learned["greedy_actions"] > 1
     records = series(start, [start, start, learned])  # judged at the third checkpoint only
     assert alarm(records) is None

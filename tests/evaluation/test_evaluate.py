@@ -46,12 +46,16 @@ def constant_policy(action_index: int) -> QNetwork:
 
 
 def sequences(n=6, seed=0):
-    doc = start_states.generate_candidates(load_params(PARAMS).start_states.model_copy(
-        update={"candidates": n, "candidates_seed": seed}))
+    doc = start_states.generate_candidates(
+        load_params(PARAMS).start_states.model_copy(
+            update={"candidates": n, "candidates_seed": seed}
+        )
+    )
     return doc["sequences"]
 
 
 # -- a plain version of the authors' eval.py on raw ALE, for constant policies ---------------
+
 
 def authors_episode(sequence, action, max_frames, sticky_seed=None, sticky_p=0.0):
     ale = ALEInterface()
@@ -87,20 +91,28 @@ def authors_episode(sequence, action, max_frames, sticky_seed=None, sticky_p=0.0
 @pytest.mark.parametrize("action_index", [0, 2])  # NOOP: relaunch matters; RIGHT: it moves
 def test_start_sequence_protocol_matches_the_authors_loop(action_index):
     seqs = sequences()
-    results = play(constant_policy(action_index), [EpisodeSpec(k, start_sequence=k)
-                                                   for k in range(len(seqs))],
-                   protocol(max_frames=4000), seqs)
+    results = play(
+        constant_policy(action_index),
+        [EpisodeSpec(k, start_sequence=k) for k in range(len(seqs))],
+        protocol(max_frames=4000),
+        seqs,
+    )
     for k, result in enumerate(results):
-        assert (result.score, result.frames) == authors_episode(seqs[k], ACTIONS[action_index],
-                                                                4000)
+        assert (result.score, result.frames) == authors_episode(
+            seqs[k], ACTIONS[action_index], 4000
+        )
     if action_index == 0:  # a paddle that never moves loses every life and the game ends
         assert all(r.frames < 4000 for r in results)  # only because FIRE relaunched the ball
 
 
 def test_cap_counts_frames_after_the_start_sequence():
     seqs = sequences(3)
-    results = play(constant_policy(2), [EpisodeSpec(k, start_sequence=k) for k in range(3)],
-                   protocol(max_frames=40), seqs)
+    results = play(
+        constant_policy(2),
+        [EpisodeSpec(k, start_sequence=k) for k in range(3)],
+        protocol(max_frames=40),
+        seqs,
+    )
     assert [r.frames for r in results] == [40, 40, 40]
 
 
@@ -147,6 +159,7 @@ def test_batched_play_equals_playing_each_episode_alone():
 
 # -- a run's evaluation -------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def run_with_checkpoints(tmp_path_factory):
     """A run directory with three checkpoints of different networks and a start file."""
@@ -156,9 +169,17 @@ def run_with_checkpoints(tmp_path_factory):
     for i, step in enumerate((0, 100, 200)):
         net = build_q_network("nips", 4, 4, 84, torch.Generator().manual_seed(i))
         tensors = {k: v.clone() for k, v in net.state_dict().items()}
-        digest = save_weights(run_dir / "checkpoints" / f"step-{step:09d}.safetensors", tensors,
-                              {"step": step, "network": "nips", "n_actions": 4,
-                               "history_length": 4, "screen_size": 84})
+        digest = save_weights(
+            run_dir / "checkpoints" / f"step-{step:09d}.safetensors",
+            tensors,
+            {
+                "step": step,
+                "network": "nips",
+                "n_actions": 4,
+                "history_length": 4,
+                "screen_size": 84,
+            },
+        )
         hashes.append({"step": step, "weights_sha256": digest})
     return root, run_dir, hashes
 
@@ -171,8 +192,7 @@ def run_evaluation(run_dir, hashes, workers, seqs, max_frames=800):
         return list(evaluate_run(run_dir, run_dir / "eval", hashes, evaluator, specs, digest))
 
 
-def test_evaluating_twice_and_with_workers_gives_identical_files(run_with_checkpoints,
-                                                                 tmp_path):
+def test_evaluating_twice_and_with_workers_gives_identical_files(run_with_checkpoints, tmp_path):
     _, run_dir, hashes = run_with_checkpoints
     seqs = sequences(4, seed=1)
     events = run_evaluation(run_dir, hashes, 1, seqs)
@@ -180,8 +200,14 @@ def test_evaluating_twice_and_with_workers_gives_identical_files(run_with_checkp
     first = (out / "eval.csv").read_bytes()
     assert [e.step for e in events] == [0, 100, 200]
     rows = read_eval(out)
-    assert len(rows) == 12 and rows[0].keys() == {"step", "episode", "start_sequence",
-                                                  "sticky_seed", "score", "frames"}
+    assert len(rows) == 12 and rows[0].keys() == {
+        "step",
+        "episode",
+        "start_sequence",
+        "sticky_seed",
+        "score",
+        "frames",
+    }
     run_evaluation(run_dir, hashes, 1, seqs)
     assert (out / "eval.csv").read_bytes() == first
     run_evaluation(run_dir, hashes, 2, seqs)
@@ -214,18 +240,19 @@ def test_an_interrupted_evaluation_keeps_finished_checkpoints(run_with_checkpoin
     assert (out / "eval.csv").read_bytes() == (fresh / "eval.csv").read_bytes()
 
 
-def test_a_checkpoint_that_does_not_match_its_hash_stops_evaluation(run_with_checkpoints,
-                                                                    tmp_path):
+def test_a_checkpoint_that_does_not_match_its_hash_stops_evaluation(run_with_checkpoints, tmp_path):
     _, source, hashes = run_with_checkpoints
     run_dir = tmp_path / "run"
     shutil.copytree(source, run_dir)
     (run_dir / "eval").mkdir(exist_ok=True)
     (run_dir / "eval" / "eval.csv").write_text("previous results\n")
     wrong = [dict(hashes[0]), dict(hashes[1], weights_sha256=hashes[2]["weights_sha256"])]
-    with pytest.raises(InputError, match="step-000000100.safetensors: weights hash .* does "
-                                         "not match the expected"):
+    with pytest.raises(
+        InputError, match="step-000000100.safetensors: weights hash .* does not match the expected"
+    ):
         run_evaluation(run_dir, wrong, 1, sequences(2))
     assert (run_dir / "eval" / "eval.csv").read_text() == "previous results\n"
     with pytest.raises(InputError, match="checkpoint not found"):
-        load_network(run_dir / "checkpoints" / "step-000000999.safetensors", None,
-                     torch.device("cpu"))
+        load_network(
+            run_dir / "checkpoints" / "step-000000999.safetensors", None, torch.device("cpu")
+        )

@@ -37,10 +37,25 @@ class ThreeActions(torch.nn.Module):
 
 
 def command(policy, out) -> list[str]:
-    return [sys.executable, "-m", "reprodqn.cli", "evaluate-policy", str(policy), "--out-dir",
-            str(out), "--params", str(PARAMS), "--set", f"evaluation.episodes={EPISODES}",
-            "--set", f"evaluation.max_frames={CAP}", "--workers", "2", "--start-sequences",
-            str(ROOT / "start_sequences" / "authors.json")]
+    return [
+        sys.executable,
+        "-m",
+        "reprodqn.cli",
+        "evaluate-policy",
+        str(policy),
+        "--out-dir",
+        str(out),
+        "--params",
+        str(PARAMS),
+        "--set",
+        f"evaluation.episodes={EPISODES}",
+        "--set",
+        f"evaluation.max_frames={CAP}",
+        "--workers",
+        "2",
+        "--start-sequences",
+        str(ROOT / "start_sequences" / "authors.json"),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +68,20 @@ def test_a_torchscript_policy_is_scored_as_its_network(net, tmp_path, output):
     example = torch.zeros(16, 4, 84, 84, dtype=torch.uint8)
     module = net if output == "q-values" else Greedy(net)
     torch.jit.save(torch.jit.trace(module, example), tmp_path / "policy.pt")
-    result = subprocess.run(command(tmp_path / "policy.pt", tmp_path / "out"),
-                            capture_output=True, text=True, env=cli_env())
+    result = subprocess.run(
+        command(tmp_path / "policy.pt", tmp_path / "out"),
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+    )
     assert result.returncode == 0, result.stderr
     with open(tmp_path / "out" / workspace.EVAL_CSV) as handle:
         ours = [(int(r["score"]), int(r["frames"])) for r in csv.DictReader(handle)]
     sequences = start_states.load(ROOT / "start_sequences" / "authors.json")["sequences"]
     protocol = Protocol("breakout", 4, 4, 84, CAP, 0.0, 16, "linear", "authors")
-    expected = play(net, [EpisodeSpec(k, start_sequence=k) for k in range(EPISODES)],
-                    protocol, sequences)
+    expected = play(
+        net, [EpisodeSpec(k, start_sequence=k) for k in range(EPISODES)], protocol, sequences
+    )
     assert ours == [(r.score, r.frames) for r in expected]
     assert len(set(ours)) > 1
 
@@ -77,11 +97,12 @@ def test_a_file_that_is_no_such_policy_is_one_line_and_writes_nothing(tmp_path):
     result = subprocess.run(unknown, capture_output=True, text=True, env=cli_env())
     assert result.returncode == 2 and "theirs.json" in result.stderr
     assert result.stderr.count("\n") == 1 and not (tmp_path / "out-unknown").exists()
-    for policy, message in ((garbage, "not a TorchScript module"),
-                            (three, "returns shape (2, 3) for uint8 (2, 4, 84, 84)"),
-                            (tmp_path / "missing.pt", "missing.pt: not found")):
+    for policy, message in (
+        (garbage, "not a TorchScript module"),
+        (three, "returns shape (2, 3) for uint8 (2, 4, 84, 84)"),
+        (tmp_path / "missing.pt", "missing.pt: not found"),
+    ):
         out = tmp_path / f"out-{policy.stem}"
-        result = subprocess.run(command(policy, out), capture_output=True, text=True,
-                                env=cli_env())
+        result = subprocess.run(command(policy, out), capture_output=True, text=True, env=cli_env())
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert message in result.stderr and not out.exists()

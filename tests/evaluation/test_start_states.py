@@ -51,15 +51,27 @@ def test_a_written_file_loads_and_each_defect_is_one_clear_line(tmp_path, config
 
     cases = {
         "count": (lambda d: None, r"holds 10 sequences, expected 100", 100),
-        "unit": (lambda d: d.update(unit="agent step"),
-                 r"unit is 'agent step', expected 'emulator frame'", 10),
-        "action": (lambda d: d["sequences"][3].__setitem__(5, 2),
-                   r"sequence 3: action 2 is not one of Breakout's minimal action set", 10),
-        "hash": (lambda d: d["sequences"][0].__setitem__(0, 4 if d["sequences"][0][0] != 4
-                                                         else 3),
-                 r"sequences_sha256 does not match", 10),
-        "empty": (lambda d: d["sequences"].__setitem__(1, []), r"sequence 1: expected a "
-                  "non-empty list", 10),
+        "unit": (
+            lambda d: d.update(unit="agent step"),
+            r"unit is 'agent step', expected 'emulator frame'",
+            10,
+        ),
+        "action": (
+            lambda d: d["sequences"][3].__setitem__(5, 2),
+            r"sequence 3: action 2 is not one of Breakout's minimal action set",
+            10,
+        ),
+        "hash": (
+            lambda d: d["sequences"][0].__setitem__(0, 4 if d["sequences"][0][0] != 4 else 3),
+            r"sequences_sha256 does not match",
+            10,
+        ),
+        "empty": (
+            lambda d: d["sequences"].__setitem__(1, []),
+            r"sequence 1: expected a "
+            "non-empty list",
+            10,
+        ),
     }
     for name, (change, message, count) in cases.items():
         path = broken(change, name)
@@ -81,17 +93,19 @@ def test_import_of_the_authors_format(tmp_path):
     assert doc["provenance"]["source_sha256"] and doc["unit"] == "emulator frame"
 
 
-@pytest.mark.parametrize("line, message", [
-    ("__import__('os').system('true')", "expected a list of integer literals"),
-    ("[1, 3, x]", "expected a list of integer literals"),
-    ("[1.0, 3]", "expected a list of integer literals"),
-    ("[1, -3]", "expected a list of integer literals"),
-    ("[1, 2]", "action 2 is not one of Breakout's minimal action set"),
-    ("[]", "expected a non-empty list"),
-    ("[1, 3", "not a Python list literal"),
-])
-def test_a_malformed_line_is_reported_by_number_and_nothing_is_overwritten(tmp_path, line,
-                                                                           message):
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("__import__('os').system('true')", "expected a list of integer literals"),
+        ("[1, 3, x]", "expected a list of integer literals"),
+        ("[1.0, 3]", "expected a list of integer literals"),
+        ("[1, -3]", "expected a list of integer literals"),
+        ("[1, 2]", "action 2 is not one of Breakout's minimal action set"),
+        ("[]", "expected a non-empty list"),
+        ("[1, 3", "not a Python list literal"),
+    ],
+)
+def test_a_malformed_line_is_reported_by_number_and_nothing_is_overwritten(tmp_path, line, message):
     source = tmp_path / "initstates.txt"
     lines = [AUTHORS_LINE] * 100
     lines[41] = line
@@ -99,9 +113,22 @@ def test_a_malformed_line_is_reported_by_number_and_nothing_is_overwritten(tmp_p
     out = tmp_path / "authors.json"
     out.write_text("previous content")
     result = subprocess.run(
-        [sys.executable, "-m", "reprodqn.cli", "start-states", "import", str(source),
-         "--out", str(out), "--params", str(PARAMS)],
-        capture_output=True, text=True, env=cli_env())
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "start-states",
+            "import",
+            str(source),
+            "--out",
+            str(out),
+            "--params",
+            str(PARAMS),
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+    )
     assert result.returncode == 2
     [error] = result.stderr.splitlines()
     assert error.startswith(f"reprodqn: error: {source}:42: ") and message in error
@@ -148,18 +175,40 @@ def test_the_shipped_authors_states_are_what_the_importer_makes_of_their_file(tm
     shipped = (folder / "authors.json").read_bytes()
     origin = json.loads(shipped)["provenance"]
     text = (folder / "authors-initstates.txt").read_bytes()
-    assert hashlib.sha256(text).hexdigest() == origin["source_sha256"] == (
-        "b0b933f32a8b006ab6c985124933302d112d731bc7b619d409dd8c9ae6dd6975")
+    assert (
+        hashlib.sha256(text).hexdigest()
+        == origin["source_sha256"]
+        == ("b0b933f32a8b006ab6c985124933302d112d731bc7b619d409dd8c9ae6dd6975")
+    )
     assert origin["repository"] == "https://github.com/prabhatnagarajan/repro_dqn"
     assert origin["commit"].startswith("59b8dfb") and origin["path"] == "files/initstates.txt"
     notice = (ROOT / origin["license"]).read_text()
     assert "MIT License" in notice and "Prabhat Nagarajan" in notice
     out = tmp_path / "authors.json"
-    subprocess.run([sys.executable, "-m", "reprodqn.cli", "start-states", "import",
-                    str(folder / "authors-initstates.txt"), "--out", str(out),
-                    "--repository", origin["repository"], "--commit", origin["commit"],
-                    "--path", origin["path"], "--license", origin["license"]],
-                   check=True, capture_output=True, env=cli_env(), cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "start-states",
+            "import",
+            str(folder / "authors-initstates.txt"),
+            "--out",
+            str(out),
+            "--repository",
+            origin["repository"],
+            "--commit",
+            origin["commit"],
+            "--path",
+            origin["path"],
+            "--license",
+            origin["license"],
+        ],
+        check=True,
+        capture_output=True,
+        env=cli_env(),
+        cwd=ROOT,
+    )
     assert out.read_bytes() == shipped
     doc = start_states.load(folder / "authors.json", at_least=100)
     assert all(s[:2] == [0, 0] for s in doc["sequences"])  # their two NOOP frames

@@ -16,23 +16,28 @@ from reprodqn.forensics import audit, optable
 
 def test_the_op_table_is_for_the_installed_torch():
     assert torch.__version__.split("+")[0] == optable.TORCH_VERSION, (
-        "optable.py was transcribed for another torch: re-read the docs and update it")
+        "optable.py was transcribed for another torch: re-read the docs and update it"
+    )
     doc = torch.use_deterministic_algorithms.__doc__
     start, end = (doc.index(marker) for marker in optable.DOC_LISTS)
     assert hashlib.sha256(doc[start:end].encode()).hexdigest() == optable.DOC_LISTS_SHA256, (
-        "torch's use_deterministic_algorithms lists changed: re-transcribe optable.py")
+        "torch's use_deterministic_algorithms lists changed: re-transcribe optable.py"
+    )
 
 
-@pytest.mark.parametrize("op, status", [
-    ("aten.convolution_backward.default", optable.DETERMINISTIC_UNDER_FLAG),
-    ("aten.scatter_add_.default", optable.DETERMINISTIC_UNDER_FLAG),
-    ("aten.index_put_.default", optable.DETERMINISTIC_UNDER_FLAG),
-    ("aten.addmm.default", optable.CUBLAS),
-    ("aten.mkldnn_linear.default", optable.CUBLAS),
-    ("aten.mkldnn_convolution.default", optable.DETERMINISTIC_UNDER_FLAG),
-    ("aten.avg_pool3d_backward.default", optable.RAISES_UNDER_FLAG),
-    ("aten.relu.default", optable.NOT_LISTED),
-])
+@pytest.mark.parametrize(
+    "op, status",
+    [
+        ("aten.convolution_backward.default", optable.DETERMINISTIC_UNDER_FLAG),
+        ("aten.scatter_add_.default", optable.DETERMINISTIC_UNDER_FLAG),
+        ("aten.index_put_.default", optable.DETERMINISTIC_UNDER_FLAG),
+        ("aten.addmm.default", optable.CUBLAS),
+        ("aten.mkldnn_linear.default", optable.CUBLAS),
+        ("aten.mkldnn_convolution.default", optable.DETERMINISTIC_UNDER_FLAG),
+        ("aten.avg_pool3d_backward.default", optable.RAISES_UNDER_FLAG),
+        ("aten.relu.default", optable.NOT_LISTED),
+    ],
+)
 def test_ops_are_classified_by_their_base_name(op, status):
     assert optable.classify(op)[0] == status
 
@@ -52,12 +57,14 @@ def test_audit_lists_the_ops_of_an_update_and_what_they_need(config, tmp_path):
     assert "online.layers.0" in backward["modules"]
     # gather's backward is scatter_add: atomics on CUDA (alertNotDeterministic)
     assert {"aten.gather.default", "aten.scatter_add.default"} <= set(
-        result["cuda_summary"][optable.DETERMINISTIC_UNDER_FLAG])
+        result["cuda_summary"][optable.DETERMINISTIC_UNDER_FLAG]
+    )
     # the linear layers: cuBLAS on CUDA, oneDNN's inner product on a CPU (named as on CUDA)
     linear = {"aten.mm.default", "aten.mkldnn_linear_backward.default"}
     assert linear & set(result["cuda_summary"][optable.CUBLAS])
-    assert {"act", "evaluate", "optimizer", "sync"} <= {p for e in ops.values()
-                                                        for p in e["phases"]}
+    assert {"act", "evaluate", "optimizer", "sync"} <= {
+        p for e in ops.values() for p in e["phases"]
+    }
     assert result["global_rng_used"] == []
     assert result["settings"]["instruction_set"]["torch cpu capability"]
 
@@ -78,8 +85,13 @@ def test_audit_catches_a_draw_from_a_global_rng(config, tmp_path, monkeypatch):
 
 
 def test_audit_runs_every_variant_of_the_family(tiny_params, tmp_path):
-    config = resolve_run(tiny_params("replay.prioritized=true", "agent.dueling=true",
-                                     "agent.double=true", "agent.n_step=3"), "deterministic", 0)
+    config = resolve_run(
+        tiny_params(
+            "replay.prioritized=true", "agent.dueling=true", "agent.double=true", "agent.n_step=3"
+        ),
+        "deterministic",
+        0,
+    )
     result = audit.audit(config, 4, tmp_path / "audit.json", tmp_path / "scratch")
     modules = {m for e in result["ops"] for m in e["modules"]}
     assert any(m.startswith("online.advantage") for m in modules)  # the dueling head ran

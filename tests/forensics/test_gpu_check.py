@@ -14,9 +14,13 @@ from tests.helpers import PARAMS, ROOT, cli_env
 
 
 def gpu_check(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "reprodqn.cli", "gpu-check", "--params",
-                           str(PARAMS), *args], capture_output=True, text=True, env=cli_env(),
-                          cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "reprodqn.cli", "gpu-check", "--params", str(PARAMS), *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        cwd=cwd,
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
@@ -30,9 +34,22 @@ def test_without_a_gpu_it_says_so_in_one_line_and_exits_non_zero(tmp_path):
 
 def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
     out = tmp_path / "out"
-    result = gpu_check("--device", "cpu", "--steps", "900", "--sharing", "1", "2",
-                       "--set", "agent.network=nips", "--set", "agent.batch_size=8",
-                       "--out", str(out), cwd=ROOT)
+    result = gpu_check(
+        "--device",
+        "cpu",
+        "--steps",
+        "900",
+        "--sharing",
+        "1",
+        "2",
+        "--set",
+        "agent.network=nips",
+        "--set",
+        "agent.batch_size=8",
+        "--out",
+        str(out),
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     found = json.loads((out / "gpu-check.json").read_text())
     assert found["replicable"] and found["deterministic"] == {"weights": None, "losses": None}

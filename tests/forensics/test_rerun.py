@@ -69,8 +69,7 @@ def test_spot_check_names_the_first_record_that_differs(shipped, tmp_path):
     hashes.write_text("".join(json.dumps(line) + "\n" for line in lines))
     result = _spot_check(copy, 600, tmp_path / "rerun")
     assert not result["identical"]
-    assert result["first"] == {"file": "hashes.jsonl", "step": 400,
-                               "fields": ["loss_chain_sha256"]}
+    assert result["first"] == {"file": "hashes.jsonl", "step": 400, "fields": ["loss_chain_sha256"]}
     # it stopped training there, not at --until: a parting replication is named sooner
     assert read_hashes(tmp_path / "rerun")[-1]["step"] == 400
     assert "DIFFERENT" in verify.spot_check_summary(result)
@@ -82,8 +81,9 @@ def test_a_shipped_resume_point_starts_the_spot_check_late(shipped, tmp_path):
     shutil.copytree(root, copy)
     config = resolve_run(params, "deterministic", 0)
     out = resume_points_dir(copy, "deterministic", 0)
-    rerun.make_resume_point(config, run_dir(copy / "runs", "deterministic", 0),
-                            tmp_path / "scratch", out, 300)
+    rerun.make_resume_point(
+        config, run_dir(copy / "runs", "deterministic", 0), tmp_path / "scratch", out, 300
+    )
     result = _spot_check(copy, 600, tmp_path / "rerun")
     assert result["identical"] and result["from_step"] == 300
     # a corrupted shipped point is refused, not trained from
@@ -100,24 +100,39 @@ def test_a_resume_point_off_the_runs_own_chain_is_refused(shipped, tmp_path):
     hashes = run_dir(copy / "runs", "deterministic", 0) / "hashes.jsonl"
     hashes.write_text(hashes.read_text().replace('"updates": 49', '"updates": 48'))
     with pytest.raises(InputError, match="does not replicate"):
-        rerun.make_resume_point(resolve_run(params, "deterministic", 0),
-                                run_dir(copy / "runs", "deterministic", 0),
-                                tmp_path / "scratch", tmp_path / "out", 400)
+        rerun.make_resume_point(
+            resolve_run(params, "deterministic", 0),
+            run_dir(copy / "runs", "deterministic", 0),
+            tmp_path / "scratch",
+            tmp_path / "out",
+            400,
+        )
     assert not (tmp_path / "out").exists()
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "reprodqn.cli", *args], cwd=cwd,
-                          env=cli_env(), capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "reprodqn.cli", *args],
+        cwd=cwd,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--rerun", "deterministic", "--until", "200"], "expected GROUP/RUN"),
-    (["--rerun", "deterministic/0"], "expected --until"),
-    (["--rerun", "deterministic/0", "--until", "9999"], "has only 600 steps"),
-    (["--rerun", "deterministic/0", "--until", "200", "--set", "agent.discount=0.9"],
-     "mismatched params"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rerun", "deterministic", "--until", "200"], "expected GROUP/RUN"),
+        (["--rerun", "deterministic/0"], "expected --until"),
+        (["--rerun", "deterministic/0", "--until", "9999"], "has only 600 steps"),
+        (
+            ["--rerun", "deterministic/0", "--until", "200", "--set", "agent.discount=0.9"],
+            "mismatched params",
+        ),
+    ],
+)
 def test_spot_check_bad_input_is_one_line(shipped, tmp_path, args, message):
     root, _ = shipped
     shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
@@ -135,8 +150,16 @@ def test_spot_check_bad_input_is_one_line(shipped, tmp_path, args, message):
 def test_spot_check_from_the_command_line_in_an_empty_directory(shipped, tmp_path):
     """A reader needs no params.yaml where they stand: the reference's own is used."""
     root, _ = shipped
-    out = _cli("verify", "--reference", str(root), "--rerun", "deterministic/0",
-               "--until", "200", cwd=tmp_path)
+    out = _cli(
+        "verify",
+        "--reference",
+        str(root),
+        "--rerun",
+        "deterministic/0",
+        "--until",
+        "200",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("verify: identical: deterministic/0 retrained from scratch")
 
@@ -156,8 +179,9 @@ def test_a_bundle_ships_the_resume_point_and_the_spot_check_starts_there(shipped
     shipped_files = {str(p) for p in bundle.collect(work, checkpoints=False)}
     assert "resume-points/deterministic/0/latest.json" in shipped_files
     assert "resume-points/deterministic/0/logs/hashes.jsonl" in shipped_files
-    out = _cli("verify", "--reference", str(work), "--rerun", "deterministic/0", "--until",
-               "600", cwd=work)
+    out = _cli(
+        "verify", "--reference", str(work), "--rerun", "deterministic/0", "--until", "600", cwd=work
+    )
     assert out.returncode == 0, out.stderr
     assert "from the shipped resume point at step 400" in out.stdout
 
@@ -171,10 +195,12 @@ def test_commands_with_a_reference_take_its_params_unless_given(tmp_path):
     point = bundle / "resume-points" / "deterministic" / "0"
     point.mkdir(parents=True)
     (bundle / "params.yaml").write_text("# the shipped params\n")
-    cases = [({"reference": bundle}, bundle / "params.yaml"),
-             ({"resume": point}, bundle / "params.yaml"),
-             ({"reference": tmp_path / "nothing-here"}, Path("params.yaml")),
-             ({"reference": bundle, "params": Path("mine.yaml")}, Path("mine.yaml"))]
+    cases = [
+        ({"reference": bundle}, bundle / "params.yaml"),
+        ({"resume": point}, bundle / "params.yaml"),
+        ({"reference": tmp_path / "nothing-here"}, Path("params.yaml")),
+        ({"reference": bundle, "params": Path("mine.yaml")}, Path("mine.yaml")),
+    ]
     for given, expected in cases:
         args = argparse.Namespace(**{"params": None, **given})
         resolve_params_path(args)

@@ -23,8 +23,15 @@ def config(tiny_params):
 
 
 def _trace(config, path, updates=12, **kwargs):
-    return trace.trace(config, path.parent / "runs-none", kwargs.pop("from_step", 0), updates,
-                       path, scratch=path.parent / f"scratch-{path.stem}", **kwargs)
+    return trace.trace(
+        config,
+        path.parent / "runs-none",
+        kwargs.pop("from_step", 0),
+        updates,
+        path,
+        scratch=path.parent / f"scratch-{path.stem}",
+        **kwargs,
+    )
 
 
 def _updates(path):
@@ -69,15 +76,37 @@ def test_a_window_from_a_resume_point_continues_the_trace_from_scratch(config, t
 
 
 def _cli(*args, cwd, **env):
-    return subprocess.run([sys.executable, "-m", "reprodqn.cli", *args], cwd=cwd,
-                          env=cli_env(**env), capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "reprodqn.cli", *args],
+        cwd=cwd,
+        env=cli_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _cli_trace(tmp_path, out, *extra, **env):
     sets = [arg for item in TINY for arg in ("--set", item)]
-    result = _cli("trace", "--params", str(tmp_path / "params.yaml"), "--group",
-                  "deterministic", "--run", "0", "--from-resume", "0", "--updates", "8",
-                  *sets, *extra, "--out", out, cwd=tmp_path, **env)
+    result = _cli(
+        "trace",
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--group",
+        "deterministic",
+        "--run",
+        "0",
+        "--from-resume",
+        "0",
+        "--updates",
+        "8",
+        *sets,
+        *extra,
+        "--out",
+        out,
+        cwd=tmp_path,
+        **env,
+    )
     assert result.returncode == 0, result.stderr
     return tmp_path / out
 
@@ -92,8 +121,9 @@ def workdir(tmp_path):
 
 def test_a_lowered_instruction_set_is_named_at_its_first_numerics_op(workdir):
     pinned = _cli_trace(workdir, "pinned.jsonl")
-    lowered = _cli_trace(workdir, "lowered.jsonl", "--set", "compute.cpu_isa=native",
-                         ONEDNN_MAX_CPU_ISA="SSE41")
+    lowered = _cli_trace(
+        workdir, "lowered.jsonl", "--set", "compute.cpu_isa=native", ONEDNN_MAX_CPU_ISA="SSE41"
+    )
     out = _cli("trace-diff", str(pinned), str(lowered), cwd=workdir)
     assert out.returncode == 1, out.stderr
     first = trace_diff.compare(pinned, lowered)["first"]
@@ -145,8 +175,10 @@ def test_trace_refuses_a_missing_or_mismatched_resume_point(config, tiny_params,
     for _ in train(other, tmp_path / "other", until=300):
         pass
     with pytest.raises(InputError, match="mismatched params"):
-        _trace(config, tmp_path / "a.jsonl", from_step=300,
-               resume_dir=tmp_path / "other" / "resume")
+        _trace(
+            config, tmp_path / "a.jsonl", from_step=300, resume_dir=tmp_path / "other" / "resume"
+        )
     with pytest.raises(InputError, match="not --from-resume 200"):
-        _trace(config, tmp_path / "a.jsonl", from_step=200,
-               resume_dir=tmp_path / "other" / "resume")
+        _trace(
+            config, tmp_path / "a.jsonl", from_step=200, resume_dir=tmp_path / "other" / "resume"
+        )

@@ -18,14 +18,16 @@ from reprodqn.report import bundle, citation
 from tests.helpers import ROOT
 
 STUDY_FILES = {
-    "dvc.yaml": "stages: {}\n", "params.yaml": "study: {}\n",
+    "dvc.yaml": "stages: {}\n",
+    "params.yaml": "study: {}\n",
     "src/reprodqn/__init__.py": '"""x"""\n',
     "start_sequences/authors.json": '{"sequences": []}\n',
     "runs/deterministic/0/hashes.jsonl": '{"step": 0}\n',
     "runs/deterministic/0/conditions.json": "{}\n",
     "evaluations/deterministic/0/eval.csv": "step,episode\n",
     "reports/report.html": "<html></html>\n",
-    "results/conditions.json": "{}\n", "results/sbom.cdx.json": "{}\n",
+    "results/conditions.json": "{}\n",
+    "results/sbom.cdx.json": "{}\n",
 }
 
 
@@ -61,8 +63,9 @@ def test_the_crate_lists_every_file_with_the_manifests_hash(unpacked):
         assert (directory / name).is_file(), name
         assert entity["sha256"] == listed[name], name
     roles = {name: entity["additionalType"] for name, entity in files.items()}
-    assert roles["dvc.yaml"] == roles["params.yaml"] == roles["src/reprodqn/__init__.py"] \
-        == "workflow"
+    assert (
+        roles["dvc.yaml"] == roles["params.yaml"] == roles["src/reprodqn/__init__.py"] == "workflow"
+    )
     assert roles["start_sequences/authors.json"] == "input"
     assert roles["runs/deterministic/0/hashes.jsonl"] == roles["reports/report.html"] == "output"
     assert roles["results/sbom.cdx.json"] == "software"
@@ -72,8 +75,10 @@ def test_the_crate_lists_every_file_with_the_manifests_hash(unpacked):
     inputs = {e.id for e in study["object"]}
     assert "#breakout-rom" in inputs and "start_sequences/authors.json" in inputs
     assert len(crate.get("#breakout-rom")["sha256"]) == 64
-    assert {e.id for e in study["result"]} >= {"reports/report.html",
-                                                "evaluations/deterministic/0/eval.csv"}
+    assert {e.id for e in study["result"]} >= {
+        "reports/report.html",
+        "evaluations/deterministic/0/eval.csv",
+    }
     # the same files sit beside the archive, for an upload to an archive such as Zenodo
     for name in bundle.METADATA:
         assert (out.parent / name).read_bytes() == (directory / name).read_bytes()
@@ -102,11 +107,14 @@ def test_the_same_workspace_gives_the_same_bundle(tmp_path, monkeypatch):
     assert first["sha256"] == second["sha256"]
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"authors": []}, r"authors: \[\] should be non-empty"),
-    ({"cff-version": "1.1.0"}, r"cff-version: '1.1.0' does not match"),
-    ({"title": None}, r"title: None is not of type 'string'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"authors": []}, r"authors: \[\] should be non-empty"),
+        ({"cff-version": "1.1.0"}, r"cff-version: '1.1.0' does not match"),
+        ({"title": None}, r"title: None is not of type 'string'"),
+    ],
+)
 def test_an_invalid_citation_is_one_line_naming_the_field(tmp_path, change, message):
     doc = {**yaml.safe_load((ROOT / "CITATION.cff").read_text()), **change}
     (tmp_path / "CITATION.cff").write_text(yaml.safe_dump(doc))
@@ -117,9 +125,12 @@ def test_an_invalid_citation_is_one_line_naming_the_field(tmp_path, change, mess
 
 def test_a_reference_copy_holds_the_results_not_the_code_and_keeps_its_readme(tmp_path):
     root = tmp_path / "study"
-    for name, text in {**STUDY_FILES, "dvc.lock": "schema: '2.0'\n",
-                       "runs/deterministic/0/checkpoints/step-000000000.safetensors": "w",
-                       "resume-points/deterministic/0/latest.json": "{}\n"}.items():
+    for name, text in {
+        **STUDY_FILES,
+        "dvc.lock": "schema: '2.0'\n",
+        "runs/deterministic/0/checkpoints/step-000000000.safetensors": "w",
+        "resume-points/deterministic/0/latest.json": "{}\n",
+    }.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     out = tmp_path / "reference" / "laptop"
@@ -128,10 +139,17 @@ def test_a_reference_copy_holds_the_results_not_the_code_and_keeps_its_readme(tm
     (out / "stale.txt").write_text("from an older reference\n")
     info = bundle.write_reference(root, out)
     shipped = set(manifest(out))
-    assert shipped == {"dvc.yaml", "dvc.lock", "params.yaml", "runs/deterministic/0/hashes.jsonl",
-                       "runs/deterministic/0/conditions.json", "reports/report.html",
-                       "evaluations/deterministic/0/eval.csv", "results/conditions.json",
-                       "results/sbom.cdx.json"}
+    assert shipped == {
+        "dvc.yaml",
+        "dvc.lock",
+        "params.yaml",
+        "runs/deterministic/0/hashes.jsonl",
+        "runs/deterministic/0/conditions.json",
+        "reports/report.html",
+        "evaluations/deterministic/0/eval.csv",
+        "results/conditions.json",
+        "results/sbom.cdx.json",
+    }
     assert info["files"] == len(shipped) and bundle.check_manifest(out) == []
     assert (out / "README.md").read_text() == "how this reference was made\n"
     assert not (out / "stale.txt").exists() and not (out / "src").exists()

@@ -14,7 +14,7 @@ from scipy import stats
 from reprodqn.config.study import GroupConfig, StudyConfig
 from reprodqn.core.errors import InputError
 from reprodqn.forensics import verify
-from reprodqn.report import analysis, writer
+from reprodqn.report import analysis, sections, writer
 from tests.helpers import fake_run, fake_study
 
 
@@ -27,15 +27,18 @@ def test_table1_is_best_and_final_over_runs_like_the_paper():
     assert table["best_rsd"]["exploration"] == pytest.approx(100 * np.std(best) / np.mean(best))
     assert table["final_mean"]["exploration"] == pytest.approx(np.mean(final))
     assert table["final_std"]["deterministic"] == 0.0 and table["best_rsd"]["gpu"] == 0.0
-    markdown = writer.table1_markdown(table)
+    markdown = sections.table1_markdown(table)
     assert "| Average score (best) | 5.00 (146.70) |" in markdown
     assert "minibatch" in markdown.splitlines()[0]
 
 
 def test_variance_tests_match_scipy_and_handle_zero_variance():
     tests = analysis.variance_tests(fake_study())
-    pair = next(t for t in tests if t["scores"] == "final"
-                and t["groups"] == ["exploration", "initialization"])
+    pair = next(
+        t
+        for t in tests
+        if t["scores"] == "final" and t["groups"] == ["exploration", "initialization"]
+    )
     x, y = np.array([5.0, 6, 4]), np.array([1.0, 9, 2])
     f = x.var(ddof=1) / y.var(ddof=1)
     p = 2 * min(stats.f.cdf(f, 2, 2), stats.f.sf(f, 2, 2))
@@ -43,8 +46,11 @@ def test_variance_tests_match_scipy_and_handle_zero_variance():
     assert pair["bf_p"] == pytest.approx(stats.levene(x, y, center="median").pvalue)
     both_zero = next(t for t in tests if t["groups"] == ["deterministic", "gpu"])
     assert both_zero["f_p"] is None and "both variances are zero" in both_zero["note"]
-    one_zero = next(t for t in tests if t["groups"] == ["deterministic", "environment"]
-                    and t["scores"] == "final")
+    one_zero = next(
+        t
+        for t in tests
+        if t["groups"] == ["deterministic", "environment"] and t["scores"] == "final"
+    )
     assert one_zero["f_statistic"] == math.inf and one_zero["significant"]
     assert len(tests) == 2 * 15  # every pair of the six groups, best and final
 
@@ -53,8 +59,11 @@ def test_verdict_names_the_first_diverging_run_and_checkpoint():
     identical = analysis.verdict(fake_study())
     assert identical["replicable"] is True
     assert all(identical[k]["identical"] for k in ("weights", "losses", "evaluation"))
-    runs = [fake_run("deterministic", 0, [1, 5, 3]), fake_run("deterministic", 1, [1, 5, 3]),
-            fake_run("deterministic", 2, [1, 5, 4], chains=["w0", "w100", "DIFFERENT"])]
+    runs = [
+        fake_run("deterministic", 0, [1, 5, 3]),
+        fake_run("deterministic", 1, [1, 5, 3]),
+        fake_run("deterministic", 2, [1, 5, 4], chains=["w0", "w100", "DIFFERENT"]),
+    ]
     verdict = analysis.verdict(fake_study(runs))
     assert verdict["replicable"] is False
     assert verdict["weights"]["first_divergence"] == {"run": 2, "step": 200}
@@ -69,10 +78,21 @@ def test_cpu_study_says_the_gpu_group_has_no_gpu_nondeterminism():
 
 def test_write_report_produces_every_output(tmp_path):
     summary = writer.write_report(fake_study(), tmp_path, scale_note="Reduced scale.")
-    for name in ("table1.csv", "table1.md", "report.md", "metrics.json", "variance_tests.json",
-                 "replicability.json", "learning_curves.csv", "learning_curves_runs.csv",
-                 "figure1.png", "figure1.pdf", "figure2_start_state.png",
-                 "figure4_start_states.pdf", "report.html"):
+    for name in (
+        "table1.csv",
+        "table1.md",
+        "report.md",
+        "metrics.json",
+        "variance_tests.json",
+        "replicability.json",
+        "learning_curves.csv",
+        "learning_curves_runs.csv",
+        "figure1.png",
+        "figure1.pdf",
+        "figure2_start_state.png",
+        "figure4_start_states.pdf",
+        "report.html",
+    ):
         assert (tmp_path / name).stat().st_size > 0, name
     assert summary["metrics"]["replicable"] is True
     text = (tmp_path / "report.md").read_text()
@@ -88,8 +108,9 @@ def test_a_study_without_the_gpu_group_names_its_departures_and_the_tests_power(
     from reprodqn.config.params import load_params
     from tests.helpers import PARAMS
 
-    params = load_params(PARAMS, ["study.runs_per_group=2", "study.left_out=[gpu]",
-                                  "agent.update_every=2"])
+    params = load_params(
+        PARAMS, ["study.runs_per_group=2", "study.left_out=[gpu]", "agent.update_every=2"]
+    )
     study = {g: runs[:2] for g, runs in fake_study().items() if g != "gpu"}
     summary = writer.write_report(study, tmp_path, departures=departures(params))
     text = (tmp_path / "report.md").read_text()
@@ -108,8 +129,10 @@ def test_a_study_without_the_gpu_group_names_its_departures_and_the_tests_power(
 
 
 def test_report_quotes_the_nondeterminism_audit(tmp_path):
-    audit = {"summary": "audit: 44 aten overloads ran; global RNGs drawn from: none",
-             "conditions_fingerprint": "abcdef1234567890"}
+    audit = {
+        "summary": "audit: 44 aten overloads ran; global RNGs drawn from: none",
+        "conditions_fingerprint": "abcdef1234567890",
+    }
     writer.write_report(fake_study(), tmp_path, audit=audit)
     text = (tmp_path / "report.md").read_text()
     assert "### Nondeterminism audit" in text and "44 aten overloads ran" in text
@@ -125,27 +148,42 @@ def test_report_shows_its_figures_inline_and_as_one_self_contained_page(tmp_path
     studied = fake_study()
     for runs in studied.values():
         for r in runs:
-            r.conditions = {"fingerprint": "ab" * 32, "device_name": "cpu",
-                            "cpu": {"model": "Test CPU"}, "packages": {"torch": "2.13.0"},
-                            "numerics": {"cpu_isa": "avx2", "torch_threads": 1}}
+            r.conditions = {
+                "fingerprint": "ab" * 32,
+                "device_name": "cpu",
+                "cpu": {"model": "Test CPU"},
+                "packages": {"torch": "2.13.0"},
+                "numerics": {"cpu_isa": "avx2", "torch_threads": 1},
+            }
     writer.write_report(studied, tmp_path)
     markdown = (tmp_path / "report.md").read_text()
     linked = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
-    assert set(linked) == {"figure1.png", "figure2_start_state.png", "figure4_start_states.png",
-                           "figure_divergence.png", "figure_probe.png"}
+    assert set(linked) == {
+        "figure1.png",
+        "figure2_start_state.png",
+        "figure4_start_states.png",
+        "figure_divergence.png",
+        "figure_probe.png",
+    }
     assert all((tmp_path / name).exists() for name in linked)  # relative links that resolve
     assert "| `abababababab` | cpu | Test CPU | avx2, 1 |" in markdown  # the conditions
     page = (tmp_path / "report.html").read_text()
     sources = re.findall(r'<img src="([^"]+)"', page)
     assert len(sources) == len(linked)
     for source, name in zip(sources, linked, strict=True):  # embedded, byte for byte
-        assert source == "data:image/png;base64," + base64.b64encode(
-            (tmp_path / name).read_bytes()).decode()
+        assert (
+            source
+            == "data:image/png;base64," + base64.b64encode((tmp_path / name).read_bytes()).decode()
+        )
     assert not re.search(r'(src|href)="(?!data:|#)', page)  # nothing fetched from elsewhere
     assert "<td>Average score (best)</td><td>5.00 (146.70)</td>" in page.replace("\n", "")
-    for heading in ("Table 1", "Where each source of nondeterminism enters",
-                    "Replicability (after Chen et al.)", "Equality of variances between groups",
-                    "Conditions"):
+    for heading in (
+        "Table 1",
+        "Where each source of nondeterminism enters",
+        "Replicability (after Chen et al.)",
+        "Equality of variances between groups",
+        "Conditions",
+    ):
         assert f">{heading}</h2>" in page, heading
     assert "Verdict: <strong>replicable</strong>" in page and "Test CPU" in page
 
@@ -162,30 +200,55 @@ def make_workspace(root, scores_by_run):
     for (group, index), (chain, score) in scores_by_run.items():
         run_dir = root / "runs" / group / str(index)
         run_dir.mkdir(parents=True)
-        (run_dir / "hashes.jsonl").write_text("".join(
-            json.dumps({"step": s, "weights_sha256": f"{chain}{s}", "loss_chain_sha256": "x",
-                        "updates": 0}) + "\n" for s in (0, 100)))
+        (run_dir / "hashes.jsonl").write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "step": s,
+                        "weights_sha256": f"{chain}{s}",
+                        "loss_chain_sha256": "x",
+                        "updates": 0,
+                    }
+                )
+                + "\n"
+                for s in (0, 100)
+            )
+        )
         eval_dir = root / "evaluations" / group / str(index)
         eval_dir.mkdir(parents=True)
         (eval_dir / "eval.csv").write_text(
             "step,episode,start_sequence,sticky_seed,score,frames\n"
-            f"0,0,0,,{score},40\n100,0,0,,{score},40\n")
+            f"0,0,0,,{score},40\n100,0,0,,{score},40\n"
+        )
     (root / "results").mkdir()
-    (root / "results" / "conditions.json").write_text(json.dumps({
-        "device": "cpu", "device_name": "cpu", "gpu": {}, "cpu": {"architecture": "x86_64",
-        "isa_flags": ["avx2"], "torch_cpu_capability": "AVX2"}, "python": {"version": "3.11.7"},
-        "packages": {"torch": "2.13.0"}, "numerics": {"torch_threads": 1, "environment": {}},
-        "memory_bytes": 1}))
+    (root / "results" / "conditions.json").write_text(
+        json.dumps(
+            {
+                "device": "cpu",
+                "device_name": "cpu",
+                "gpu": {},
+                "cpu": {
+                    "architecture": "x86_64",
+                    "isa_flags": ["avx2"],
+                    "torch_cpu_capability": "AVX2",
+                },
+                "python": {"version": "3.11.7"},
+                "packages": {"torch": "2.13.0"},
+                "numerics": {"torch_threads": 1, "environment": {}},
+                "memory_bytes": 1,
+            }
+        )
+    )
 
 
 def test_verify_reports_identical_or_the_first_divergence_and_condition_changes(tmp_path):
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
-    runs = {("deterministic", 0): ("a", 1), ("deterministic", 1): ("a", 1),
-            ("gpu", 0): ("a", 1)}
+    runs = {("deterministic", 0): ("a", 1), ("deterministic", 1): ("a", 1), ("gpu", 0): ("a", 1)}
     make_workspace(ours, runs)
     shutil.copytree(ours, theirs)
-    study = StudyConfig(runs_per_group=2, groups={"deterministic": GroupConfig(),
-                                                   "gpu": GroupConfig()})
+    study = StudyConfig(
+        runs_per_group=2, groups={"deterministic": GroupConfig(), "gpu": GroupConfig()}
+    )
     result = verify.verify(ours, theirs, study)
     assert result["identical"] and result["runs_compared"] == 3
     hashes = theirs / "runs" / "gpu" / "0" / "hashes.jsonl"
@@ -196,8 +259,7 @@ def test_verify_reports_identical_or_the_first_divergence_and_condition_changes(
     (theirs / "results" / "conditions.json").write_text(json.dumps(conditions))
     result = verify.verify(ours, theirs, study)
     assert not result["identical"]
-    assert result["first_divergence"] == {"group": "gpu", "run": 0, "step": 100,
-                                          "chain": "weights"}
+    assert result["first_divergence"] == {"group": "gpu", "run": 0, "step": 100, "chain": "weights"}
     assert result["conditions_differing"] == ["memory_bytes", "packages.torch"]
     assert result["numeric_conditions_differing"] == ["packages.torch"]
     assert result["cpu_isa"]["ours"] == "native (this machine's widest: avx2, torch used AVX2)"
@@ -209,12 +271,14 @@ def test_verify_leaves_out_runs_that_differ_by_design(tmp_path):
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     make_workspace(ours, {("deterministic", 0): ("a", 1), ("gpu", 0): ("a", 1)})
     make_workspace(theirs, {("deterministic", 0): ("a", 1), ("gpu", 0): ("b", 1)})
-    study = StudyConfig(runs_per_group=1, groups={"deterministic": GroupConfig(),
-                                                   "gpu": GroupConfig()})
+    study = StudyConfig(
+        runs_per_group=1, groups={"deterministic": GroupConfig(), "gpu": GroupConfig()}
+    )
     assert verify.verify(ours, theirs, study)["first_divergence"]["group"] == "gpu"
     for root in (ours, theirs):
-        (root / "runs" / "gpu" / "0" / "conditions.json").write_text(json.dumps(
-            {"device": "cpu", "numerics": {"cpu_reduction_order": "random"}}))
+        (root / "runs" / "gpu" / "0" / "conditions.json").write_text(
+            json.dumps({"device": "cpu", "numerics": {"cpu_reduction_order": "random"}})
+        )
     result = verify.verify(ours, theirs, study)
     assert result["identical"] and result["runs_compared"] == 1
     assert result["differ_by_design"] == ["gpu/0"]
@@ -234,15 +298,23 @@ def test_verify_names_a_workspace_with_nothing_to_check_and_a_run_not_trained_he
         verify.verify(ours, theirs, study)
     make_workspace(ours, {("deterministic", 0): ("a", 1)})
     result = verify.verify(ours, theirs, study)
-    assert result["first_divergence"] == {"group": "deterministic", "run": 1, "step": 0,
-                                          "chain": "not trained here"}
-    assert verify.summary(result).startswith("verify: DIFFERENT: deterministic/1 is not "
-                                             "trained here")
+    assert result["first_divergence"] == {
+        "group": "deterministic",
+        "run": 1,
+        "step": 0,
+        "chain": "not trained here",
+    }
+    assert verify.summary(result).startswith(
+        "verify: DIFFERENT: deterministic/1 is not trained here"
+    )
 
 
 def test_isa_setting_names_the_floor_and_the_machine():
-    pinned = {"numerics": {"cpu_isa": "avx2"},
-              "cpu": {"isa_flags": ["avx2", "avx512f"], "torch_cpu_capability": "AVX2"}}
-    assert analysis.isa_setting(pinned) == ("pinned to avx2 (machine offers avx512, torch used "
-                                          "AVX2)")
+    pinned = {
+        "numerics": {"cpu_isa": "avx2"},
+        "cpu": {"isa_flags": ["avx2", "avx512f"], "torch_cpu_capability": "AVX2"},
+    }
+    assert analysis.isa_setting(pinned) == (
+        "pinned to avx2 (machine offers avx512, torch used AVX2)"
+    )
     assert analysis.isa_setting(None).startswith("unknown")

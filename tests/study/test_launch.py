@@ -13,20 +13,27 @@ from reprodqn.study import launch
 from tests.helpers import PARAMS
 
 
-def test_jobs_run_pinned_to_their_own_core_with_a_stated_environment(tmp_path, monkeypatch,
-                                                                    capfd):
+def test_jobs_run_pinned_to_their_own_core_with_a_stated_environment(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("SOMETHING_UNRELATED", "leak")
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     env = launch.job_environment(threads=1)
     assert "SOMETHING_UNRELATED" not in env
     assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["OMP_NUM_THREADS"] == "1"
     assert env["PYTHONHASHSEED"] and env["CUBLAS_WORKSPACE_CONFIG"]
-    jobs = [launch.Job(f"job/{i}", ["conditions", "--params", str(PARAMS), "--out-dir",
-                                    str(tmp_path / str(i))], env) for i in range(2)]
+    jobs = [
+        launch.Job(
+            f"job/{i}",
+            ["conditions", "--params", str(PARAMS), "--out-dir", str(tmp_path / str(i))],
+            env,
+        )
+        for i in range(2)
+    ]
     results = launch.LocalExecutor(2).run(jobs, "test")
     launch.check(results, "test")
-    usable = [json.loads((tmp_path / str(i) / "conditions.json").read_text())["cpu"][
-        "usable_cores"] for i in range(2)]
+    usable = [
+        json.loads((tmp_path / str(i) / "conditions.json").read_text())["cpu"]["usable_cores"]
+        for i in range(2)
+    ]
     if len(os.sched_getaffinity(0)) >= 2:
         assert usable == [1, 1]  # each job pinned to its own core, and it says so
     records = [json.loads((tmp_path / str(i) / "conditions.json").read_text()) for i in (0, 1)]
@@ -37,10 +44,24 @@ def test_jobs_run_pinned_to_their_own_core_with_a_stated_environment(tmp_path, m
 
 def test_a_failed_job_is_named_and_the_others_still_run(tmp_path):
     env = launch.job_environment(threads=1)
-    jobs = [launch.Job("good/0", ["params", "--params", str(PARAMS), "--out",
-                                  str(tmp_path / "ok.yaml")], env),
-            launch.Job("bad/1", ["params", "--params", str(PARAMS), "--set", "train.steps=-1",
-                                 "--out", str(tmp_path / "bad.yaml")], env)]
+    jobs = [
+        launch.Job(
+            "good/0", ["params", "--params", str(PARAMS), "--out", str(tmp_path / "ok.yaml")], env
+        ),
+        launch.Job(
+            "bad/1",
+            [
+                "params",
+                "--params",
+                str(PARAMS),
+                "--set",
+                "train.steps=-1",
+                "--out",
+                str(tmp_path / "bad.yaml"),
+            ],
+            env,
+        ),
+    ]
     results = launch.LocalExecutor(1, log_dir=tmp_path / "logs").run(jobs, "test")
     assert (tmp_path / "ok.yaml").exists()
     with pytest.raises(InputError, match=r"test: 1 of 2 jobs failed: bad/1 \(log .*bad-1.log\)"):

@@ -30,8 +30,7 @@ def reprodqn(workspace: Path, *args: str, check: bool = True) -> subprocess.Comp
         command += ["--params", str(PARAMS)]
         for item in SMALL:
             command += ["--set", item]
-    result = subprocess.run(command, cwd=workspace, capture_output=True, text=True,
-                            env=cli_env())
+    result = subprocess.run(command, cwd=workspace, capture_output=True, text=True, env=cli_env())
     if check and result.returncode != 0:
         raise AssertionError(result.stderr)
     return result
@@ -45,8 +44,9 @@ def workspace(tmp_path_factory):
     reprodqn(root, "ranker")
     reprodqn(root, "select")
     reprodqn(root, "train", "--group", "deterministic", "--run", "0")
-    evaluation = reprodqn(root, "evaluate", "--group", "deterministic", "--run", "0",
-                          "--workers", "2")
+    evaluation = reprodqn(
+        root, "evaluate", "--group", "deterministic", "--run", "0", "--workers", "2"
+    )
     return root, evaluation
 
 
@@ -60,10 +60,12 @@ def test_start_sequence_stages_write_their_files(workspace):
     from reprodqn.core.digests import sha256_file
 
     assert selected["provenance"]["candidates_sha256"] == sha256_file(
-        root / "start_sequences" / "candidates.json")
+        root / "start_sequences" / "candidates.json"
+    )
     ranking = (root / "start_sequences" / "ranking.csv").read_text().splitlines()
     assert len(ranking) == 25 and sorted(int(r.split(",")[3]) for r in ranking[1:]) == list(
-        range(1, 25))
+        range(1, 25)
+    )
 
 
 def test_evaluate_writes_every_checkpoint_and_reports_progress(workspace):
@@ -83,8 +85,12 @@ def test_environment_group_is_evaluated_with_sticky_seeds(workspace):
     root, _ = workspace
     reprodqn(root, "train", "--group", "environment", "--run", "0")
     reprodqn(root, "evaluate", "--group", "environment", "--run", "0", "--workers", "1")
-    rows = [line.split(",") for line in
-            (root / "evaluations" / "environment" / "0" / "eval.csv").read_text().splitlines()[1:]]
+    rows = [
+        line.split(",")
+        for line in (root / "evaluations" / "environment" / "0" / "eval.csv")
+        .read_text()
+        .splitlines()[1:]
+    ]
     assert {r[2] for r in rows} == {""}  # no start sequence
     assert [r[3] for r in rows[:4]] == ["0", "1", "2", "3"]  # episode k, sticky seed k
 
@@ -104,17 +110,20 @@ def test_evaluate_refuses_bad_inputs_and_overwrites_nothing(workspace, tmp_path)
     selected.write_text(json.dumps(doc))
     result = reprodqn(copy, "evaluate", "--group", "deterministic", "--run", "0", check=False)
     assert result.returncode == 2
-    assert result.stderr.strip() == ("reprodqn: error: start_sequences/selected.json: "
-                                     "sequences_sha256 does not match the sequences (edited "
-                                     "or corrupted)")
+    assert result.stderr.strip() == (
+        "reprodqn: error: start_sequences/selected.json: "
+        "sequences_sha256 does not match the sequences (edited "
+        "or corrupted)"
+    )
     shutil.copy(root / "start_sequences" / "selected.json", selected)
 
     checkpoint = run_dir / "checkpoints" / "step-000000400.safetensors"
     data = bytearray(checkpoint.read_bytes())
     data[-2] ^= 1
     checkpoint.write_bytes(bytes(data))
-    result = reprodqn(copy, "evaluate", "--group", "deterministic", "--run", "0",
-                      "--workers", "2", check=False)
+    result = reprodqn(
+        copy, "evaluate", "--group", "deterministic", "--run", "0", "--workers", "2", check=False
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "step-000000400.safetensors: weights hash" in result.stderr
     assert (out_dir / "eval.csv").read_bytes() == before

@@ -20,10 +20,19 @@ from reprodqn.training.loop import Run
 from tests.helpers import PARAMS
 
 STEPS = 2000
-SETTINGS = ["agent.network=nips", "agent.batch_size=8", "agent.epsilon_decay_steps=1000",
-            "replay.capacity=1500", "replay.learning_starts=500", "train.steps=2000",
-            "train.checkpoint_every=1000", "seeds.exploration=125", "seeds.minibatch=127",
-            "seeds.noop=129", "seeds.sticky=131"]
+SETTINGS = [
+    "agent.network=nips",
+    "agent.batch_size=8",
+    "agent.epsilon_decay_steps=1000",
+    "replay.capacity=1500",
+    "replay.learning_starts=500",
+    "train.steps=2000",
+    "train.checkpoint_every=1000",
+    "seeds.exploration=125",
+    "seeds.minibatch=127",
+    "seeds.noop=129",
+    "seeds.sticky=131",
+]
 
 
 def stand_in_greedy(state: np.ndarray) -> int:
@@ -90,9 +99,9 @@ def authors_loop(steps, p, sticky_p):
                         i = rnd_sample.randint(4, size - 1)
                         if i >= insert and i - 4 < insert:
                             continue
-                        if terminals[i - 4:i].any():
+                        if terminals[i - 4 : i].any():
                             continue
-                        if not all(t < t2 for t, t2 in zip(times[i - 4:i], times[i - 3:i])):  # noqa: B905
+                        if not all(t < t2 for t, t2 in zip(times[i - 4 : i], times[i - 3 : i])):  # noqa: B905
                             continue
                         batch.append(i)
                     indices.append(batch)
@@ -108,10 +117,12 @@ def ours(params, sticky_p, tmp_path, monkeypatch):
     monkeypatch.setattr(run.agent, "greedy_action", stand_in_greedy)
     actions, indices = [], []
     act, sample = run.agent.act, run.replay.sample_indices
-    monkeypatch.setattr(run.agent, "act", lambda s, rng: actions.append(act(s, rng)) or
-                        actions[-1])
-    monkeypatch.setattr(run.replay, "sample_indices", lambda n, rng: indices.append(
-        sample(n, rng).tolist()) or np.array(indices[-1]))
+    monkeypatch.setattr(run.agent, "act", lambda s, rng: actions.append(act(s, rng)) or actions[-1])
+    monkeypatch.setattr(
+        run.replay,
+        "sample_indices",
+        lambda n, rng: indices.append(sample(n, rng).tolist()) or np.array(indices[-1]),
+    )
     while run.step < STEPS:
         run.advance()
     return actions, indices

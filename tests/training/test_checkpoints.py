@@ -11,8 +11,13 @@ def test_a_checkpoint_file_has_the_same_bytes_every_time_it_is_written(tmp_path)
     from reprodqn.training.checkpoints import load_weights, save_weights
 
     tensors = {"layers.0.weight": torch.arange(6.0).reshape(2, 3), "layers.0.bias": torch.ones(2)}
-    metadata = {"step": 7, "network": "nips", "n_actions": 4, "screen_size": 84,
-                "history_length": 4}
+    metadata = {
+        "step": 7,
+        "network": "nips",
+        "n_actions": 4,
+        "screen_size": 84,
+        "history_length": 4,
+    }
     files = set()
     for k in range(8):
         save_weights(tmp_path / f"{k}.safetensors", tensors, metadata)

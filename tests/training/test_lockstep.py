@@ -39,8 +39,9 @@ def worker_sittings(run_dir) -> list[dict]:
 
 
 @pytest.mark.parametrize("workers", ["1", "2", "4"])
-def test_the_chain_is_the_same_for_any_number_of_game_workers(in_process, tmp_path,
-                                                              monkeypatch, workers):
+def test_the_chain_is_the_same_for_any_number_of_game_workers(
+    in_process, tmp_path, monkeypatch, workers
+):
     reference_dir, reference = in_process
     monkeypatch.setenv(WORKERS_ENV, workers)
     assert train_tiny(load_params(PARAMS, FOUR), tmp_path) == reference
@@ -60,8 +61,9 @@ def test_updates_count_transitions_as_with_one_actor(in_process):
 def test_the_number_of_actors_is_part_of_the_experiment(in_process, tmp_path):
     """N is in the run's digest and changes its results: not a launch setting."""
     _, chain = in_process
-    one, four = (resolve_run(load_params(PARAMS, items), "deterministic", 0)
-                 for items in (TINY, FOUR))
+    one, four = (
+        resolve_run(load_params(PARAMS, items), "deterministic", 0) for items in (TINY, FOUR)
+    )
     assert one.digest() != four.digest()
     assert algorithm_name(four) == "DQN, 4 lockstep actors (RMSprop)"  # report, MLflow tag
     two = train_tiny(load_params(PARAMS, [*TINY, "train.actors=2"]), tmp_path)
@@ -71,13 +73,13 @@ def test_the_number_of_actors_is_part_of_the_experiment(in_process, tmp_path):
 def test_sigkill_then_rerun_gives_the_uninterrupted_chain_and_leaves_no_worker(tmp_path):
     """`reprodqn train` (the CPU floor applied, as in every job), the games in-process
     uninterrupted, in 2 workers killed after a resume point and run again."""
-    subprocess.run(train_command(tmp_path / "whole", FOUR), check=True, capture_output=True,
-                   env=cli_env())
+    subprocess.run(
+        train_command(tmp_path / "whole", FOUR), check=True, capture_output=True, env=cli_env()
+    )
     reference = workspace.read_hashes(tmp_path / "whole" / "deterministic" / "0")
     argv = train_command(tmp_path, FOUR)
     env = cli_env(**{WORKERS_ENV: "2"})
-    trainer = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    trainer = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = tmp_path / "deterministic" / "0"
     latest = run_dir / "resume" / workspace.RESUME_INDEX
     deadline = time.monotonic() + 120
@@ -129,8 +131,7 @@ def test_a_sampled_state_never_mixes_actors_or_episodes():
     for t in range(100):  # past capacity: the write position wraps
         for actor in range(2):
             length = 7 if actor == 0 else 11
-            replay.add(actor, label(actor * 1000 + t), 0, 0.0, t % length == length - 1,
-                       t % length)
+            replay.add(actor, label(actor * 1000 + t), 0, 0.0, t % length == length - 1, t % length)
     rng = make_stream("pcg64", 3)
     for _ in range(50):
         batch = replay.sample(16, rng)
@@ -142,11 +143,14 @@ def test_a_sampled_state_never_mixes_actors_or_episodes():
             assert memories[actor].valid(int(slot))
 
 
-@pytest.mark.parametrize(("override", "named"), [
-    ("train.checkpoint_every=202", "train.checkpoint_every"),
-    ("replay.capacity=1002", "replay.capacity"),
-    ("replay.prioritized=true", "replay.prioritized"),
-])
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("train.checkpoint_every=202", "train.checkpoint_every"),
+        ("replay.capacity=1002", "replay.capacity"),
+        ("replay.prioritized=true", "replay.prioritized"),
+    ],
+)
 def test_intervals_that_split_a_round_are_refused_with_one_line(override, named):
     with pytest.raises(InputError) as error:
         load_params(PARAMS, [*TINY, "train.actors=4", override])

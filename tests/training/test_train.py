@@ -49,8 +49,7 @@ def test_chain_covers_every_checkpoint_and_update(reference):
     assert [line["updates"] for line in chain] == [0, 0, 49, 99]
     assert chain[1]["loss_chain_sha256"] == "0" * 64 != chain[2]["loss_chain_sha256"]
     for line in chain:
-        tensors, meta = load_weights(checkpoint_path(run_dir, line["step"]),
-                                     line["weights_sha256"])
+        tensors, meta = load_weights(checkpoint_path(run_dir, line["step"]), line["weights_sha256"])
         assert meta["step"] == str(line["step"])
     process = [json.loads(x) for x in (run_dir / "process.jsonl").read_text().splitlines()]
     assert [r["step"] for r in process] == [100, 200, 300, 400, 500, 600]
@@ -64,8 +63,9 @@ def test_training_episodes_end_at_each_evaluation_point_after_learning_starts(tm
     from reprodqn.config.params import load_params
     from reprodqn.training.loop import Run
 
-    params = load_params(PARAMS, [*TINY, f"train.end_episode_at_evaluation={cut}",
-                                  "env.noop_max=0"])
+    params = load_params(
+        PARAMS, [*TINY, f"train.end_episode_at_evaluation={cut}", "env.noop_max=0"]
+    )
     run = Run(resolve_run(params, "deterministic", 0), tmp_path, torch.device("cpu"))
     new_games = []
     while run.step < 401:
@@ -93,14 +93,16 @@ def test_same_params_same_chain_even_with_poisoned_global_generators(reference, 
     assert torch.equal(before[2], after[2])
 
 
-@pytest.mark.parametrize("group, step0_equal", [
-    ("initialization", False),
-    ("exploration", True),
-    ("minibatch", True),
-    ("environment", True),
-])
-def test_varying_one_seed_changes_results_only_as_expected(reference, tmp_path, group,
-                                                           step0_equal):
+@pytest.mark.parametrize(
+    "group, step0_equal",
+    [
+        ("initialization", False),
+        ("exploration", True),
+        ("minibatch", True),
+        ("environment", True),
+    ],
+)
+def test_varying_one_seed_changes_results_only_as_expected(reference, tmp_path, group, step0_equal):
     params, _, chain = reference
     varied = train_tiny(params, tmp_path / group, group=group, run=0)
     assert (varied[0]["weights_sha256"] == chain[0]["weights_sha256"]) == step0_equal
@@ -139,8 +141,8 @@ def test_gpu_group_runs_with_deterministic_algorithms_off(reference, tmp_path):
         assert conditions["numerics"]["cpu_reduction_order"] == "random"
         again = train_tiny(params, tmp_path / "gpu-again", group="gpu", run=0)
         before_updates = [line for line in chain if line["updates"] == 0]
-        assert before_updates and gpu[:len(before_updates)] == before_updates
-        assert again[:len(before_updates)] == before_updates
+        assert before_updates and gpu[: len(before_updates)] == before_updates
+        assert again[: len(before_updates)] == before_updates
         assert gpu[-1]["weights_sha256"] != chain[-1]["weights_sha256"]
         assert again[-1]["weights_sha256"] != gpu[-1]["weights_sha256"]
 
@@ -149,8 +151,9 @@ def test_determinism_settings_are_applied_and_recorded():
     device, applied = numerics.configure("cpu", 1, True)
     assert device.type == "cpu" and applied["deterministic_algorithms"] is True
     assert applied["cudnn_deterministic"] is True and applied["cudnn_benchmark"] is False
-    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == applied["environment"][
-        "CUBLAS_WORKSPACE_CONFIG"]
+    assert (
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] == applied["environment"]["CUBLAS_WORKSPACE_CONFIG"]
+    )
     assert applied["fp32_precision"]["cudnn_conv"] == "ieee"
     assert applied["fill_uninitialized_memory"] is False  # speed only: the chains show it
     assert torch.utils.deterministic.fill_uninitialized_memory is False  # what torch reads
@@ -170,16 +173,25 @@ def test_updates_reuse_freed_memory_instead_of_faulting_it_back_in():
     _, applied = numerics.configure("cpu", 1, True)
     assert applied["allocator"]["malloc"] == "glibc"
     config = load_params(PARAMS).agent
-    agent = DQNAgent(config, n_actions=4, history_length=4, screen_size=84,
-                     device=torch.device("cpu"), init_generator=torch.Generator().manual_seed(0),
-                     learning_starts=0, reward_clip=1.0)
+    agent = DQNAgent(
+        config,
+        n_actions=4,
+        history_length=4,
+        screen_size=84,
+        device=torch.device("cpu"),
+        init_generator=torch.Generator().manual_seed(0),
+        learning_starts=0,
+        reward_clip=1.0,
+    )
     rng = np.random.default_rng(0)
     shape = (config.batch_size, 4, 84, 84)
-    batch = {"states": rng.integers(0, 256, shape, dtype=np.uint8),
-             "next_states": rng.integers(0, 256, shape, dtype=np.uint8),
-             "actions": rng.integers(0, 4, config.batch_size).astype(np.uint8),
-             "rewards": np.ones(config.batch_size, np.float32),
-             "terminals": np.zeros(config.batch_size, bool)}
+    batch = {
+        "states": rng.integers(0, 256, shape, dtype=np.uint8),
+        "next_states": rng.integers(0, 256, shape, dtype=np.uint8),
+        "actions": rng.integers(0, 4, config.batch_size).astype(np.uint8),
+        "rewards": np.ones(config.batch_size, np.float32),
+        "terminals": np.zeros(config.batch_size, bool),
+    }
     for _ in range(3):  # optimizer state and the heap reach their size
         agent.update(batch)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -250,29 +262,52 @@ def test_corrupted_or_missing_checkpoint_is_reported(reference, tmp_path):
         load_weights(source, chain[-1]["weights_sha256"])
 
 
-@pytest.mark.parametrize("when, optimizer", [
-    ("before-first-resume-point", []), ("after-a-resume-point", []),
-    ("after-a-resume-point", CENTERED), ("after-a-resume-point", ADAM),
-], ids=["before", "after", "after-rmsprop_centered", "after-adam"])
-def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_chain(tmp_path, when,
-                                                                        optimizer):
+@pytest.mark.parametrize(
+    "when, optimizer",
+    [
+        ("before-first-resume-point", []),
+        ("after-a-resume-point", []),
+        ("after-a-resume-point", CENTERED),
+        ("after-a-resume-point", ADAM),
+    ],
+    ids=["before", "after", "after-rmsprop_centered", "after-adam"],
+)
+def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_chain(tmp_path, when, optimizer):
     """Kill a real `reprodqn train` process, run the same command again, compare chains;
     with the authors' optimizer and with each one whose state the resume point must hold."""
     overrides = [*TINY, "train.steps=1200", "train.resume_every=250", *optimizer]
-    command = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "deterministic",
-               "--run", "0", "--params", str(PARAMS)]
+    command = [
+        sys.executable,
+        "-m",
+        "reprodqn.cli",
+        "train",
+        "--group",
+        "deterministic",
+        "--run",
+        "0",
+        "--params",
+        str(PARAMS),
+    ]
     for item in overrides:
         command += ["--set", item]
     uninterrupted = tmp_path / "uninterrupted"
-    subprocess.run([*command, "--runs-dir", str(uninterrupted)], check=True,
-                   capture_output=True, env=cli_env())
+    subprocess.run(
+        [*command, "--runs-dir", str(uninterrupted)], check=True, capture_output=True, env=cli_env()
+    )
 
     killed = tmp_path / "killed"
     run_dir = killed / "deterministic" / "0"
-    process = subprocess.Popen([*command, "--runs-dir", str(killed)], env=cli_env(),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    marker = (run_dir / "process.jsonl") if when.startswith("before") else (
-        run_dir / "resume" / "latest.json")
+    process = subprocess.Popen(
+        [*command, "--runs-dir", str(killed)],
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    marker = (
+        (run_dir / "process.jsonl")
+        if when.startswith("before")
+        else (run_dir / "resume" / "latest.json")
+    )
     deadline = time.monotonic() + 120
     while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -283,8 +318,9 @@ def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_chain(tmp_path
     process.wait()
     assert not (run_dir / "complete.json").exists()
 
-    rerun = subprocess.run([*command, "--runs-dir", str(killed)], capture_output=True,
-                           text=True, env=cli_env())
+    rerun = subprocess.run(
+        [*command, "--runs-dir", str(killed)], capture_output=True, text=True, env=cli_env()
+    )
     assert rerun.returncode == 0, rerun.stderr
     if when.startswith("after"):
         assert "resumed at step" in rerun.stderr
@@ -296,25 +332,54 @@ def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_chain(tmp_path
 @pytest.mark.slow
 def test_nature_network_run_killed_three_times_ends_on_the_uninterrupted_chain(tmp_path):
     """The paper's network over a longer run, SIGKILLed at three random moments."""
-    overrides = [*TINY, "agent.network=nature", "agent.batch_size=32", "train.steps=4000",
-                 "replay.learning_starts=1000", "train.checkpoint_every=1000",
-                 "train.resume_every=500", "agent.target_sync_every=1000"]
-    command = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "minibatch",
-               "--run", "3", "--params", str(PARAMS)]
+    overrides = [
+        *TINY,
+        "agent.network=nature",
+        "agent.batch_size=32",
+        "train.steps=4000",
+        "replay.learning_starts=1000",
+        "train.checkpoint_every=1000",
+        "train.resume_every=500",
+        "agent.target_sync_every=1000",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "reprodqn.cli",
+        "train",
+        "--group",
+        "minibatch",
+        "--run",
+        "3",
+        "--params",
+        str(PARAMS),
+    ]
     for item in overrides:
         command += ["--set", item]
-    subprocess.run([*command, "--runs-dir", str(tmp_path / "whole")], check=True,
-                   capture_output=True, env=cli_env())
+    subprocess.run(
+        [*command, "--runs-dir", str(tmp_path / "whole")],
+        check=True,
+        capture_output=True,
+        env=cli_env(),
+    )
     run_dir = tmp_path / "killed" / "minibatch" / "3"
     rng = random.Random()
     for _ in range(3):
-        process = subprocess.Popen([*command, "--runs-dir", str(tmp_path / "killed")],
-                                   env=cli_env(), stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [*command, "--runs-dir", str(tmp_path / "killed")],
+            env=cli_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(rng.uniform(8.0, 25.0))
         process.send_signal(signal.SIGKILL)
         process.wait()
-    subprocess.run([*command, "--runs-dir", str(tmp_path / "killed")], check=True,
-                   capture_output=True, env=cli_env())
+    subprocess.run(
+        [*command, "--runs-dir", str(tmp_path / "killed")],
+        check=True,
+        capture_output=True,
+        env=cli_env(),
+    )
     assert (run_dir / "hashes.jsonl").read_bytes() == (
-        tmp_path / "whole" / "minibatch" / "3" / "hashes.jsonl").read_bytes()
+        tmp_path / "whole" / "minibatch" / "3" / "hashes.jsonl"
+    ).read_bytes()

@@ -8,11 +8,21 @@ from pathlib import Path
 
 
 def add_params_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--params", default=None, type=Path,
-                        help="parameters file (default: params.yaml; for a command with "
-                             "--reference, the reference's own params.yaml if it has one)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY.PATH=VALUE", help="override one parameter (repeatable)")
+    parser.add_argument(
+        "--params",
+        default=None,
+        type=Path,
+        help="parameters file (default: params.yaml; for a command with "
+        "--reference, the reference's own params.yaml if it has one)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override one parameter (repeatable)",
+    )
 
 
 def resolve_params_path(args) -> None:
@@ -48,5 +58,3 @@ def stage(sub, name: str, help_text: str, handler) -> argparse.ArgumentParser:
     add_params_arguments(p)
     p.set_defaults(handler=handler)
     return p
-
-

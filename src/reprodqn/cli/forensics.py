@@ -27,12 +27,21 @@ def cmd_resume_point(args) -> int:
     if not 0 <= args.step <= config.train.steps:
         raise InputError(f"--step {args.step}: expected 0..{config.train.steps}")
     out = args.out_dir / group / str(run)
-    progress = RunProgress(f"resume-point {group}/{run}", args.step, 0,
-                           config.replay.learning_starts)  # retrains from 0, as verify --rerun
-    rerun.make_resume_point(config, run_dir, Path("build/resume-point") / group / str(run),
-                            out, args.step, progress=progress.update)
-    print(f"resume-point: {group}/{run} at step {args.step}, on the run's own chain -> {out}",
-          file=sys.stderr)
+    progress = RunProgress(
+        f"resume-point {group}/{run}", args.step, 0, config.replay.learning_starts
+    )  # retrains from 0, as verify --rerun
+    rerun.make_resume_point(
+        config,
+        run_dir,
+        Path("build/resume-point") / group / str(run),
+        out,
+        args.step,
+        progress=progress.update,
+    )
+    print(
+        f"resume-point: {group}/{run} at step {args.step}, on the run's own chain -> {out}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -44,11 +53,20 @@ def cmd_trace(args) -> int:
     config = resolve_run(_load(args), args.group, args.run)
     out = args.out or Path("build/trace") / f"{args.group}-{args.run}-from-{args.from_resume}.jsonl"
     progress = Progress(f"trace {args.group}/{args.run}", args.updates, unit="updates")
-    info = trace.trace(config, workspace.run_dir(args.runs_dir, args.group, args.run),
-                       args.from_resume, args.updates, out, resume_dir=args.resume,
-                       progress=progress.update)
-    print(f"trace: {info['updates']} updates, {info['ops']:,} ops, "
-          f"{info['seconds_per_update'] * 1e3:.0f} ms/update -> {out}", file=sys.stderr)
+    info = trace.trace(
+        config,
+        workspace.run_dir(args.runs_dir, args.group, args.run),
+        args.from_resume,
+        args.updates,
+        out,
+        resume_dir=args.resume,
+        progress=progress.update,
+    )
+    print(
+        f"trace: {info['updates']} updates, {info['ops']:,} ops, "
+        f"{info['seconds_per_update'] * 1e3:.0f} ms/update -> {out}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -58,8 +76,7 @@ def cmd_audit(args) -> int:
 
     params = _load(args)
     config = resolve_run(params, args.group, args.run)
-    result = audit.audit(config, params.evaluation.inference_chunk, args.out,
-                         Path("build/audit"))
+    result = audit.audit(config, params.evaluation.inference_chunk, args.out, Path("build/audit"))
     print(audit.summary(result), file=sys.stderr)
     print(f"audit: -> {args.out}", file=sys.stderr)
     return 0
@@ -86,8 +103,9 @@ def cmd_verify(args) -> int:
         verify.check_bundle(args.reference)
         config = rerun.shipped_config(args.reference, group, run, args.params, args.overrides)
         isa.apply(config.compute.cpu_isa)  # the shipped run's floor, before torch loads
-        result = verify.spot_check(args.reference, config, args.until,
-                                   args.scratch / group / str(run))
+        result = verify.spot_check(
+            args.reference, config, args.until, args.scratch / group / str(run)
+        )
         print(verify.spot_check_summary(result))
         return 0 if result["identical"] else 1
     params = _load(args)
@@ -100,57 +118,121 @@ def cmd_gpu_check(args) -> int:
     from reprodqn.forensics import gpu_check
 
     _load(args)  # the CPU floor, before torch loads
-    return gpu_check.main(args.params, args.overrides, args.device, args.steps, args.sharing,
-                          args.out)
+    return gpu_check.main(
+        args.params, args.overrides, args.device, args.steps, args.sharing, args.out
+    )
 
 
 def add_commands(sub) -> None:
     """verify, resume-point, trace, trace-diff, audit and gpu-check."""
+    _add_verify(sub)
+    _add_trace(sub)
+    _add_audit(sub)
+
+
+def _add_verify(sub) -> None:
+    """Comparing with another copy, and keeping a resume point for the bundle."""
     p = _stage(sub, "verify", "compare this workspace's runs with another copy", cmd_verify)
-    p.add_argument("--reference", type=Path, required=True,
-                   help="another workspace or an unpacked bundle")
+    p.add_argument(
+        "--reference", type=Path, required=True, help="another workspace or an unpacked bundle"
+    )
     p.add_argument("--root", type=Path, default=Path("."))
-    p.add_argument("--rerun", default=None, metavar="GROUP/RUN",
-                   help="spot-check: retrain this one run here and compare its chains")
-    p.add_argument("--until", type=int, default=None, metavar="STEP",
-                   help="with --rerun: the step to retrain to")
-    p.add_argument("--scratch", type=Path, default=Path("build/rerun"),
-                   help="with --rerun: where the retrained run goes (default build/rerun)")
-    p = _stage(sub, "resume-point", "retrain a finished run to STEP and keep the resume "
-               "point there for the bundle (make bundle RESUME=STEP)", cmd_resume_point)
+    p.add_argument(
+        "--rerun",
+        default=None,
+        metavar="GROUP/RUN",
+        help="spot-check: retrain this one run here and compare its chains",
+    )
+    p.add_argument(
+        "--until",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="with --rerun: the step to retrain to",
+    )
+    p.add_argument(
+        "--scratch",
+        type=Path,
+        default=Path("build/rerun"),
+        help="with --rerun: where the retrained run goes (default build/rerun)",
+    )
+    p = _stage(
+        sub,
+        "resume-point",
+        "retrain a finished run to STEP and keep the resume "
+        "point there for the bundle (make bundle RESUME=STEP)",
+        cmd_resume_point,
+    )
     p.add_argument("run", metavar="GROUP/RUN")
     p.add_argument("--step", type=int, required=True)
     p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
     p.add_argument("--out-dir", type=Path, default=workspace.RESUME_POINTS)
 
-    p = _stage(sub, "trace", "re-run N updates from a resume point, hashing every op's "
-               "output", cmd_trace)
+
+def _add_trace(sub) -> None:
+    """Every op's output hashed over a window of updates, and two traces compared."""
+    p = _stage(
+        sub, "trace", "re-run N updates from a resume point, hashing every op's output", cmd_trace
+    )
     p.add_argument("--group", required=True, help="study group, e.g. deterministic")
     p.add_argument("--run", required=True, type=int, help="run index within the group")
-    p.add_argument("--from-resume", required=True, type=int, metavar="STEP",
-                   help="the window's first step (0: from scratch)")
+    p.add_argument(
+        "--from-resume",
+        required=True,
+        type=int,
+        metavar="STEP",
+        help="the window's first step (0: from scratch)",
+    )
     p.add_argument("--updates", required=True, type=int, metavar="N")
-    p.add_argument("--resume", type=Path, default=None, metavar="DIR",
-                   help="a resume directory at STEP (default: the run's own, else "
-                   "retrain to STEP here)")
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a resume directory at STEP (default: the run's own, else retrain to STEP here)",
+    )
     p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
-    p.add_argument("--out", type=Path, default=None,
-                   help="default build/trace/GROUP-RUN-from-STEP.jsonl")
-    p = _stage(sub, "audit", "list every aten op the study runs and what it needs to be "
-               "deterministic on CUDA; check global RNGs, threads, ISA, cuBLAS, cuDNN", cmd_audit)
-    p.add_argument("--group", default="deterministic")
-    p.add_argument("--run", type=int, default=0)
-    p.add_argument("--out", type=Path, default=workspace.RESULTS / workspace.AUDIT)
-    p = _stage(sub, "gpu-check", "on a GPU, first: two deterministic runs give one chain, the "
-               "gpu group's part, the audit, throughput with 1, 2, 4 runs sharing it",
-               cmd_gpu_check)
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                   help="cpu rehearses the checks on the CPU (default cuda)")
-    p.add_argument("--steps", type=int, default=3000, help="agent steps per run")
-    p.add_argument("--sharing", type=int, nargs="+", default=[1, 2, 4], metavar="K",
-                   help="runs at once for the throughput table")
-    p.add_argument("--out", type=Path, default=Path("build/gpu-check"))
+    p.add_argument(
+        "--out", type=Path, default=None, help="default build/trace/GROUP-RUN-from-STEP.jsonl"
+    )
     p = sub.add_parser("trace-diff", help="the first update and op where two traces differ")
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)
     p.set_defaults(handler=cmd_trace_diff)
+
+
+def _add_audit(sub) -> None:
+    """What the study needs to be deterministic on CUDA, and the checks to run on a GPU."""
+    p = _stage(
+        sub,
+        "audit",
+        "list every aten op the study runs and what it needs to be "
+        "deterministic on CUDA; check global RNGs, threads, ISA, cuBLAS, cuDNN",
+        cmd_audit,
+    )
+    p.add_argument("--group", default="deterministic")
+    p.add_argument("--run", type=int, default=0)
+    p.add_argument("--out", type=Path, default=workspace.RESULTS / workspace.AUDIT)
+    p = _stage(
+        sub,
+        "gpu-check",
+        "on a GPU, first: two deterministic runs give one chain, the "
+        "gpu group's part, the audit, throughput with 1, 2, 4 runs sharing it",
+        cmd_gpu_check,
+    )
+    p.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu rehearses the checks on the CPU (default cuda)",
+    )
+    p.add_argument("--steps", type=int, default=3000, help="agent steps per run")
+    p.add_argument(
+        "--sharing",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4],
+        metavar="K",
+        help="runs at once for the throughput table",
+    )
+    p.add_argument("--out", type=Path, default=Path("build/gpu-check"))

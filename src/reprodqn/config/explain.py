@@ -55,8 +55,11 @@ def describe_type(annotation, metadata) -> str:
 
 
 def _sections() -> list[str]:
-    return [name for name, field in Params.model_fields.items()
-            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)]
+    return [
+        name
+        for name, field in Params.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    ]
 
 
 def _knobs(params: Params, section: str, comments: dict[str, str]):
@@ -65,10 +68,19 @@ def _knobs(params: Params, section: str, comments: dict[str, str]):
     current = getattr(params, section)
     for key, field in model.model_fields.items():
         value = ", ".join(current.groups) if key == "groups" else getattr(current, key)
-        default = "required" if field.is_required() else repr(field.get_default(
-            call_default_factory=True))
-        yield (key, describe_type(field.annotation, field.metadata), default, value,
-               field.description or "", comments.get(f"{section}.{key}", ""))
+        default = (
+            "required"
+            if field.is_required()
+            else repr(field.get_default(call_default_factory=True))
+        )
+        yield (
+            key,
+            describe_type(field.annotation, field.metadata),
+            default,
+            value,
+            field.description or "",
+            comments.get(f"{section}.{key}", ""),
+        )
 
 
 def _summary(section: str) -> str:
@@ -99,14 +111,24 @@ def reference_page(params: Params, params_path: Path) -> str:
     """The documentation site's parameter reference: the same knobs as `explain`, as one
     Markdown table per section, the value params.yaml sets beside the model's default."""
     comments = source_comments(params_path)
-    lines = ["# Parameters", "",
-             "Every knob of `params.yaml`, generated from the params models' own "
-             "descriptions (`make docs-tables`; a test keeps it current). "
-             "`reprodqn params --explain [SECTION]` prints the same, with the values in "
-             "force after presets and `--set`.", ""]
+    lines = [
+        "# Parameters",
+        "",
+        "Every knob of `params.yaml`, generated from the params models' own "
+        "descriptions (`make docs-tables`; a test keeps it current). "
+        "`reprodqn params --explain [SECTION]` prints the same, with the values in "
+        "force after presets and `--set`.",
+        "",
+    ]
     for name in _sections():
-        lines += [f"## `{name}`", "", _summary(name), "",
-                  "| knob | type | default | what it is | source |", "|---|---|---|---|---|"]
+        lines += [
+            f"## `{name}`",
+            "",
+            _summary(name),
+            "",
+            "| knob | type | default | what it is | source |",
+            "|---|---|---|---|---|",
+        ]
         for key, kind, default, value, description, source in _knobs(params, name, comments):
             shown = f"`{default}`"
             if key != "groups" and repr(value) != default:
@@ -131,8 +153,14 @@ def departures(params: Params) -> list[dict]:
             elif key != "groups" and not field.is_required():
                 default = field.get_default(call_default_factory=True)
                 if value != default:
-                    found.append({"key": f"{prefix}{key}", "value": value,
-                                  "default": default, "what": field.description or ""})
+                    found.append(
+                        {
+                            "key": f"{prefix}{key}",
+                            "value": value,
+                            "default": default,
+                            "what": field.description or "",
+                        }
+                    )
 
     walk(params, "")
     return found

@@ -48,12 +48,14 @@ class EnvConfig(Frozen):
         1.0, description="Learning rewards are clipped to [-reward_clip, reward_clip]."
     )
     sticky_survives_reset: bool = Field(
-        True, description="In training, a new game keeps the previous action for sticky "
-        "repeats (the authors' wrapper); false: it restarts from NOOP (ALE's own reset)."
+        True,
+        description="In training, a new game keeps the previous action for sticky "
+        "repeats (the authors' wrapper); false: it restarts from NOOP (ALE's own reset).",
     )
     resize: Literal["linear", "linear_exact"] = Field(
-        "linear", description="OpenCV interpolation of the 84x84 resize: INTER_LINEAR (the "
-        "authors' cv2.resize default) or INTER_LINEAR_EXACT."
+        "linear",
+        description="OpenCV interpolation of the 84x84 resize: INTER_LINEAR (the "
+        "authors' cv2.resize default) or INTER_LINEAR_EXACT.",
     )
 
 
@@ -63,19 +65,30 @@ class AgentConfig(Frozen):
     network: Literal["nature", "nips"] = Field("nature", description="Q-network architecture.")
     discount: Annotated[float, Field(gt=0.0, le=1.0)] = Field(0.99, description="Gamma.")
     optimizer: Literal["rmsprop", "rmsprop_centered", "adam"] = Field(
-        "rmsprop", description="rmsprop: torch's (the authors'); rmsprop_centered: DeepMind "
-        "2015's (centred, eps inside the root); adam: torch's Adam (adam_* below).")
+        "rmsprop",
+        description="rmsprop: torch's (the authors'); rmsprop_centered: DeepMind "
+        "2015's (centred, eps inside the root); adam: torch's Adam (adam_* below).",
+    )
     learning_rate: Annotated[float, Field(gt=0.0)] = Field(2.5e-4, description="Step size.")
     rmsprop_alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = Field(0.95, description="Decay.")
-    rmsprop_eps: Annotated[float, Field(gt=0.0)] = Field(0.01, description="RMSprop epsilon: "
-        "after the square root (rmsprop), inside it (rmsprop_centered).")
+    rmsprop_eps: Annotated[float, Field(gt=0.0)] = Field(
+        0.01,
+        description="RMSprop epsilon: "
+        "after the square root (rmsprop), inside it (rmsprop_centered).",
+    )
     adam_eps: Annotated[float, Field(gt=0.0)] = Field(1.5e-4, description="Adam epsilon.")
     adam_beta1: Annotated[float, Field(ge=0.0, lt=1.0)] = Field(0.9, description="Adam beta1.")
     adam_beta2: Annotated[float, Field(ge=0.0, lt=1.0)] = Field(0.999, description="Adam beta2.")
-    loss: Literal["huber", "mse"] = Field("huber", description="Per-sample loss: Huber (its "
-        "gradient is the TD error clipped to +-1) or squared TD error.")
-    loss_reduction: Literal["mean", "sum"] = Field("mean", description="Over the minibatch: "
-        "mean (the authors') or sum (DeepMind 2015's summed gradient).")
+    loss: Literal["huber", "mse"] = Field(
+        "huber",
+        description="Per-sample loss: Huber (its "
+        "gradient is the TD error clipped to +-1) or squared TD error.",
+    )
+    loss_reduction: Literal["mean", "sum"] = Field(
+        "mean",
+        description="Over the minibatch: "
+        "mean (the authors') or sum (DeepMind 2015's summed gradient).",
+    )
     batch_size: PositiveInt = Field(32, description="Transitions per update.")
     update_every: PositiveInt = Field(4, description="Agent steps between updates.")
     target_sync_every: PositiveInt = Field(10_000, description="Agent steps between target copies.")
@@ -85,20 +98,23 @@ class AgentConfig(Frozen):
         1_000_000, description="Agent steps of linear annealing, counted from learning_starts."
     )
     target_dtype: Literal["float32", "float64"] = Field(
-        "float64", description="Precision of r + gamma max Q' before it is stored in float32 "
-        "(the authors: float64)."
+        "float64",
+        description="Precision of r + gamma max Q' before it is stored in float32 "
+        "(the authors: float64).",
     )
     double: bool = Field(
-        False, description="Double DQN target (van Hasselt et al. 2016): the online network "
-        "picks argmax_a Q(s', a), the target network values it."
+        False,
+        description="Double DQN target (van Hasselt et al. 2016): the online network "
+        "picks argmax_a Q(s', a), the target network values it.",
     )
     dueling: bool = Field(
-        False, description="Dueling head (Wang et al. 2016): Q = V + A - mean_a A, on the "
-        "same torso."
+        False,
+        description="Dueling head (Wang et al. 2016): Q = V + A - mean_a A, on the same torso.",
     )
     n_step: PositiveInt = Field(
-        1, description="Steps summed in the return before bootstrapping, cut at terminals "
-        "and episode ends (1: the authors' one-step target)."
+        1,
+        description="Steps summed in the return before bootstrapping, cut at terminals "
+        "and episode ends (1: the authors' one-step target).",
     )
 
 
@@ -110,12 +126,14 @@ class ReplayConfig(Frozen):
         50_000, description="Agent steps of pure exploration; updates come at steps beyond it."
     )
     episode_time_wraps: bool = Field(
-        True, description="Keep each transition's step-in-episode in 8 bits, as the authors' "
-        "uint8 episode_time, so sampled windows across a 256-step wrap are dropped too."
+        True,
+        description="Keep each transition's step-in-episode in 8 bits, as the authors' "
+        "uint8 episode_time, so sampled windows across a 256-step wrap are dropped too.",
     )
     prioritized: bool = Field(
-        False, description="Proportional prioritized replay (Schaul et al. 2016; settings in "
-        "the priority section); false: the authors' uniform sampling."
+        False,
+        description="Proportional prioritized replay (Schaul et al. 2016; settings in "
+        "the priority section); false: the authors' uniform sampling.",
     )
 
 
@@ -125,17 +143,19 @@ class PriorityConfig(Frozen):
     alpha: Probability = Field(0.6, description="Priority exponent: P(i) ~ p_i^alpha.")
     beta_start: Probability = Field(0.4, description="Importance-sampling exponent at first.")
     beta_steps: PositiveInt = Field(
-        20_000_000, description="Agent steps after learning_starts over which beta rises "
-        "linearly to 1."
+        20_000_000,
+        description="Agent steps after learning_starts over which beta rises linearly to 1.",
     )
     eps: Annotated[float, Field(gt=0.0)] = Field(1e-6, description="Added to every |delta|.")
     importance_weights: bool = Field(
-        True, description="Weight each sample's loss by (N P(i))^-beta / max over the batch; "
-        "false: no weights (R2D2)."
+        True,
+        description="Weight each sample's loss by (N P(i))^-beta / max over the batch; "
+        "false: no weights (R2D2).",
     )
     eta: Probability = Field(
-        0.0, description="R2D2 mixture: p = eta max|delta| + (1 - eta) mean|delta| over the "
-        "n-step window's TD errors; 0 = plain |delta| of the sampled transition."
+        0.0,
+        description="R2D2 mixture: p = eta max|delta| + (1 - eta) mean|delta| over the "
+        "n-step window's TD errors; 0 = plain |delta| of the sampled transition.",
     )
 
 
@@ -151,13 +171,15 @@ class TrainConfig(Frozen):
     )
     log_every: PositiveInt = Field(10_000, description="Agent steps between process.jsonl lines.")
     end_episode_at_evaluation: bool = Field(
-        True, description="End the training episode (a new game) at every evaluation point "
-        "after learning starts, as the authors' in-training evaluation did."
+        True,
+        description="End the training episode (a new game) at every evaluation point "
+        "after learning starts, as the authors' in-training evaluation did.",
     )
     actors: PositiveInt = Field(
-        1, description="Games stepped in lockstep, one transition each per round (1: the "
+        1,
+        description="Games stepped in lockstep, one transition each per round (1: the "
         "paper's single actor). Steps count transitions; N must divide steps, the "
-        "checkpoint, resume and log intervals and replay.capacity."
+        "checkpoint, resume and log intervals and replay.capacity.",
     )
 
 
@@ -170,8 +192,9 @@ class SeedsConfig(Frozen):
     sticky: Seed = Field(123, description="Sticky-action stream (used only when sticky_p > 0).")
     noop: Seed = Field(123, description="No-op start stream.")
     generator: rng.Family = Field(
-        "authors", description="authors: numpy RandomState (MT19937) per stream with the "
-        "authors' draw calls; pcg64: numpy's PCG64 Generator."
+        "authors",
+        description="authors: numpy RandomState (MT19937) per stream with the "
+        "authors' draw calls; pcg64: numpy's PCG64 Generator.",
     )
 
 
@@ -192,17 +215,19 @@ class ComputeConfig(Frozen):
         True, description="Deterministic CUDA algorithms, cuDNN flags, TF32 off."
     )
     cpu_isa: Literal["portable", "avx2", "avx512", "native"] = Field(
-        "portable", description="Instruction-set floor for oneDNN, ATen and MKL. portable: "
+        "portable",
+        description="Instruction-set floor for oneDNN, ATen and MKL. portable: "
         "AVX2 kernels (every layer in oneDNN), the same bits on Intel and AMD; avx2: the "
         "same, with MKL's Intel-only AVX2 branch for code outside the network; avx512: "
         "AVX-512 kernels, checked on one vendor's CPUs so far; native: this machine's "
-        "widest."
+        "widest.",
     )
     cpu_reduction_order: Literal["fixed", "random"] = Field(
-        "fixed", description="random: each update takes its minibatch's rows in an order "
+        "fixed",
+        description="random: each update takes its minibatch's rows in an order "
         "drawn from OS entropy (never a seeded stream), so the loss and every weight "
         "gradient sum the same terms in another order, as nondeterministic GPU kernels do; "
-        "the gpu group's on a CPU. On CUDA the real kernels decide and this is ignored."
+        "the gpu group's on a CPU. On CUDA the real kernels decide and this is ignored.",
     )
 
 
@@ -217,8 +242,9 @@ class EvaluationConfig(Frozen):
         0, description="Environment group: episode k uses sticky seed sticky_seed_start + k."
     )
     start_sequences: str = Field(
-        "start_sequences/authors.json", description="The start-sequence file evaluated on: "
-        "the authors' states, or start_sequences/selected.json from the select stage."
+        "start_sequences/authors.json",
+        description="The start-sequence file evaluated on: "
+        "the authors' states, or start_sequences/selected.json from the select stage.",
     )
     inference_chunk: PositiveInt = Field(
         16, description="States per Q-network call (fixed, so batching changes no result)."
@@ -286,14 +312,16 @@ class RunConfig(Frozen):
         a fixed order), and the priority section unless replay is prioritized, are left out:
         they change nothing then, and runs trained before they existed keep their digests."""
         exclude: dict[str, Any] = {"group": True, "run": True, "train": {"resume_every"}}
-        body = self.model_dump(mode="json", exclude=exclude if compute else
-                               {**exclude, "compute": True})
+        body = self.model_dump(
+            mode="json", exclude=exclude if compute else {**exclude, "compute": True}
+        )
         for section, knobs in DIGEST_OPTIONAL.items():
             if section not in body:
                 continue
             fields = type(getattr(self, section)).model_fields
-            body[section] = {k: v for k, v in body[section].items()
-                             if k not in knobs or fields[k].default != v}
+            body[section] = {
+                k: v for k, v in body[section].items() if k not in knobs or fields[k].default != v
+            }
         if not self.replay.prioritized:
             del body["priority"]
         return json_digest(body)
@@ -306,8 +334,11 @@ RUN_SECTIONS = ("env", "agent", "replay", "train", "seeds", "compute", "priority
 # Loading
 
 
-def load_params(path: str | Path = "params.yaml", overrides: list[str] | tuple = (),
-                overlay: str | Path | list | None = None) -> Params:
+def load_params(
+    path: str | Path = "params.yaml",
+    overrides: list[str] | tuple = (),
+    overlay: str | Path | list | None = None,
+) -> Params:
     """Read params.yaml, apply overlay files in order (partial params files, e.g. a variant
     preset, then the smoke scale) and `--set key.path=value` overrides, validate, and
     resolve every group's run config so that a bad value in any group's `set` is refused
@@ -360,5 +391,3 @@ def _validate(model: type[BaseModel], raw: dict, source: str, origin: dict[str, 
         return model.model_validate(raw)
     except ValidationError as exc:
         raise InputError(sources.one_line(exc, source, origin)) from None
-
-

@@ -16,8 +16,9 @@ class StartStatesConfig(Frozen):
 
     candidates: PositiveInt = Field(1000, description="Random start sequences generated.")
     noop_prefix: Annotated[int, Field(ge=0)] = Field(
-        2, description="NOOP frames before the random part (every line of the authors' "
-        "files/initstates.txt starts with two)."
+        2,
+        description="NOOP frames before the random part (every line of the authors' "
+        "files/initstates.txt starts with two).",
     )
     min_length: PositiveInt = Field(55, description="Shortest random part, in emulator frames.")
     max_length: PositiveInt = Field(95, description="Longest random part, in emulator frames.")

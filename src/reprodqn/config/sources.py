@@ -75,8 +75,7 @@ def dotted_keys(node: dict, prefix: list[str]) -> list[str]:
     keys = []
     for key, value in node.items():
         path = [*prefix, str(key)]
-        keys += dotted_keys(value, path) if isinstance(value, dict) and value else [
-            ".".join(path)]
+        keys += dotted_keys(value, path) if isinstance(value, dict) and value else [".".join(path)]
     return keys
 
 
@@ -104,8 +103,14 @@ def one_line(exc: ValidationError, source: str, origin: dict[str, str]) -> str:
     field = path(first)
     others = len({path(e) for e in errors} - {field})
     errors = errors[: others + 1]
-    where = next((origin[key] for key in sorted(origin, key=len, reverse=True)
-                  if field == key or field.startswith(key + ".")), source)
+    where = next(
+        (
+            origin[key]
+            for key in sorted(origin, key=len, reverse=True)
+            if field == key or field.startswith(key + ".")
+        ),
+        source,
+    )
     if first["type"] == "extra_forbidden":
         message = "unknown key"
     elif first["type"] == "missing":

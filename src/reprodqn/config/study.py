@@ -35,8 +35,10 @@ class GroupConfig(Frozen):
     @model_validator(mode="after")
     def _varied_seed_not_set(self) -> GroupConfig:
         if self.vary and f"seeds.{self.vary}" in self.set:
-            raise ValueError(f"set.seeds.{self.vary}: this group varies {self.vary}, so its "
-                             f"runs take it from seeds, not set")
+            raise ValueError(
+                f"set.seeds.{self.vary}: this group varies {self.vary}, so its "
+                f"runs take it from seeds, not set"
+            )
         return self
 
 
@@ -52,7 +54,8 @@ class StudyConfig(Frozen):
     @model_validator(mode="after")
     def _groups_are_the_papers(self) -> StudyConfig:
         unknown = sorted(set(self.groups) - set(GROUP_NAMES)) + sorted(
-            set(self.left_out) - set(self.groups))
+            set(self.left_out) - set(self.groups)
+        )
         if unknown:
             raise ValueError(f"unknown group {unknown[0]!r} (expected {', '.join(GROUP_NAMES)})")
         for name, group in self.groups.items():

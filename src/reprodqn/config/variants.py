@@ -21,15 +21,29 @@ def preset_path(params_path: str | Path, name: str) -> Path:
     unknown name."""
     names = preset_names(params_path)
     if name not in names:
-        raise InputError(f"--preset {name}: no presets/{name}.yaml beside {params_path}; "
-                         f"expected one of {', '.join(names) or '(none there)'}")
+        raise InputError(
+            f"--preset {name}: no presets/{name}.yaml beside {params_path}; "
+            f"expected one of {', '.join(names) or '(none there)'}"
+        )
     return Path(params_path).parent / "presets" / f"{name}.yaml"
 
+
 # the DQN-family switches, by section; their defaults (the models') are the authors' DQN
-VARIANT_KNOBS = {"agent": ("double", "dueling", "n_step", "optimizer", "loss",
-                           "loss_reduction", "adam_eps", "adam_beta1", "adam_beta2"),
-                 "replay": ("prioritized",),
-                 "train": ("actors",)}
+VARIANT_KNOBS = {
+    "agent": (
+        "double",
+        "dueling",
+        "n_step",
+        "optimizer",
+        "loss",
+        "loss_reduction",
+        "adam_eps",
+        "adam_beta1",
+        "adam_beta2",
+    ),
+    "replay": ("prioritized",),
+    "train": ("actors",),
+}
 
 
 def check_n_step(config) -> None:
@@ -38,9 +52,11 @@ def check_n_step(config) -> None:
     room = min(config.replay.learning_starts, config.replay.capacity)
     most = room - config.env.history_length - 2
     if config.agent.n_step > most:
-        raise ValueError(f"agent.n_step ({config.agent.n_step}) exceeds what replay history "
-                         f"allows: at most {most} (min(replay.learning_starts, "
-                         f"replay.capacity) - env.history_length - 2)")
+        raise ValueError(
+            f"agent.n_step ({config.agent.n_step}) exceeds what replay history "
+            f"allows: at most {most} (min(replay.learning_starts, "
+            f"replay.capacity) - env.history_length - 2)"
+        )
 
 
 def check_actors(config) -> None:
@@ -50,21 +66,21 @@ def check_actors(config) -> None:
     n = config.train.actors
     if n == 1:
         return
-    counts = {"train.steps": config.train.steps,
-              "train.checkpoint_every": config.train.checkpoint_every,
-              "train.resume_every": config.train.resume_every,
-              "train.log_every": config.train.log_every,
-              "replay.capacity": config.replay.capacity}
+    counts = {
+        "train.steps": config.train.steps,
+        "train.checkpoint_every": config.train.checkpoint_every,
+        "train.resume_every": config.train.resume_every,
+        "train.log_every": config.train.log_every,
+        "replay.capacity": config.replay.capacity,
+    }
     for name, value in counts.items():
         if value % n:
             raise ValueError(f"{name} ({value}) must be a multiple of train.actors ({n})")
     if config.replay.prioritized:
-        raise ValueError(f"train.actors ({n}) > 1 needs uniform replay "
-                         "(replay.prioritized: false)")
+        raise ValueError(f"train.actors ({n}) > 1 needs uniform replay (replay.prioritized: false)")
 
 
-OPTIMIZER_NAMES = {"rmsprop": "RMSprop", "rmsprop_centered": "centred RMSProp",
-                   "adam": "Adam"}
+OPTIMIZER_NAMES = {"rmsprop": "RMSprop", "rmsprop_centered": "centred RMSProp", "adam": "Adam"}
 
 
 def algorithm_name(config) -> str:
@@ -75,8 +91,9 @@ def algorithm_name(config) -> str:
     name = ("Dueling " if agent.dueling else "") + ("Double DQN" if agent.double else "DQN")
     extras = [f"{agent.n_step}-step"] if agent.n_step > 1 else []
     if config.replay.prioritized:
-        extras.append("prioritized replay" + (" with R2D2 priority" if config.priority.eta > 0
-                                              else ""))
+        extras.append(
+            "prioritized replay" + (" with R2D2 priority" if config.priority.eta > 0 else "")
+        )
     if config.train.actors > 1:
         extras.append(f"{config.train.actors} lockstep actors")
     return f"{', '.join([name, *extras])} ({OPTIMIZER_NAMES[agent.optimizer]})"

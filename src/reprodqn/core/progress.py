@@ -20,7 +20,7 @@ from reprodqn.core.atomic import write_json
 from reprodqn.core.events import Finished, ProcessRecord, Started, Stepped
 
 FIRST_INTERVAL = 10.0  # seconds to the first line with a rate
-MAX_INTERVAL = 300.0   # the interval doubles after each line, up to this
+MAX_INTERVAL = 300.0  # the interval doubles after each line, up to this
 
 
 def format_duration(seconds: float) -> str:
@@ -35,9 +35,16 @@ def format_duration(seconds: float) -> str:
 class Progress:
     """Done out of total, with the rate and ETA since `start`, at most every `interval`."""
 
-    def __init__(self, label: str, total: int, unit: str = "steps", start: int = 0,
-                 interval: float = 15.0, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        unit: str = "steps",
+        start: int = 0,
+        interval: float = 15.0,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.label, self.total, self.unit = label, total, unit
         self.interval = interval
         self.stream = stream or sys.stderr
@@ -55,8 +62,10 @@ class Progress:
         eta = (self.total - done) / rate if rate > 0 else float("nan")
         percent = 100.0 * done / self.total if self.total else 100.0
         eta_text = format_duration(eta) if eta == eta else "?"
-        line = (f"{self.label}: {done}/{self.total} {self.unit} ({percent:.1f}%), "
-                f"{rate:.1f} {self.unit}/s, ETA {eta_text}")
+        line = (
+            f"{self.label}: {done}/{self.total} {self.unit} ({percent:.1f}%), "
+            f"{rate:.1f} {self.unit}/s, ETA {eta_text}"
+        )
         print(line + (f", {extra}" if extra else ""), file=self.stream, flush=True)
 
 
@@ -65,9 +74,16 @@ class RunProgress:
     Rate and ETA are measured within the current phase; while filling, the run's ETA is
     unknown (learning's rate is not yet seen), and the line says when learning starts."""
 
-    def __init__(self, label: str, total: int, start: int, learning_starts: int,
-                 stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
-                 record: Path | None = None):
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        start: int,
+        learning_starts: int,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        record: Path | None = None,
+    ):
         self.label, self.total, self.learning_starts = label, total, learning_starts
         self.stream = stream or sys.stderr
         self.clock, self.record = clock, record
@@ -76,9 +92,17 @@ class RunProgress:
         self._phase_step, self._phase_time = start, clock()
         self._last_time = self._phase_time
         self.extra = ""
-        self._emit(start, f"{self.phase} from step {start}"
-                   + (f", learning starts at step {learning_starts}"
-                      if self.phase == "filling replay" else ""), None, None)
+        self._emit(
+            start,
+            f"{self.phase} from step {start}"
+            + (
+                f", learning starts at step {learning_starts}"
+                if self.phase == "filling replay"
+                else ""
+            ),
+            None,
+            None,
+        )
 
     def _phase(self, step: int) -> str:
         return "filling replay" if step <= self.learning_starts else "learning"
@@ -98,9 +122,11 @@ class RunProgress:
         rate = (step - self._phase_step) / elapsed if elapsed > 0 else 0.0
         if self.phase == "filling replay":
             to_learning = (self.learning_starts - step) / rate if rate > 0 else None
-            note = ("filling replay, learning starts in "
-                    f"{format_duration(to_learning) if to_learning is not None else '?'}; "
-                    "run ETA once learning runs")
+            note = (
+                "filling replay, learning starts in "
+                f"{format_duration(to_learning) if to_learning is not None else '?'}; "
+                "run ETA once learning runs"
+            )
             eta = None
         else:
             eta = (self.total - step) / rate if rate > 0 else None
@@ -120,24 +146,36 @@ class RunProgress:
             parts.append(self.extra)
         print(f"{self.label}: " + ", ".join(parts), file=self.stream, flush=True)
         if self.record is not None:
-            write_json(self.record, {"step": step, "total": self.total, "phase": self.phase,
-                                     "steps_per_second": rate, "eta_seconds": eta})
+            write_json(
+                self.record,
+                {
+                    "step": step,
+                    "total": self.total,
+                    "phase": self.phase,
+                    "steps_per_second": rate,
+                    "eta_seconds": eta,
+                },
+            )
 
 
-def report_training(events, label: str, record: Path | None = None,
-                    clock: Callable[[], float] = time.monotonic,
-                    stream: TextIO | None = None) -> None:
+def report_training(
+    events,
+    label: str,
+    record: Path | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    stream: TextIO | None = None,
+) -> None:
     """Print a run's progress from its events (and keep its latest line in `record`)."""
     stream = stream or sys.stderr
-    print(f"{label}: starting (conditions, run directory, resume point)", file=stream,
-          flush=True)
+    print(f"{label}: starting (conditions, run directory, resume point)", file=stream, flush=True)
     progress = None
     for event in events:
         if isinstance(event, Started):
             how = f"resumed at step {event.step}" if event.resumed else "started"
             print(f"{label}: {how}", file=stream, flush=True)
-            progress = RunProgress(label, event.total, event.step, event.learning_starts,
-                                   stream, clock, record)
+            progress = RunProgress(
+                label, event.total, event.step, event.learning_starts, stream, clock, record
+            )
         elif isinstance(event, ProcessRecord) and progress is not None:
             record_ = event.record
             loss = "-" if record_["loss"] is None else f"{record_['loss']:.4f}"
@@ -149,9 +187,16 @@ def report_training(events, label: str, record: Path | None = None,
             state = "already complete" if event.already else "complete"
             print(f"{label}: {state} ({event.step} steps)", file=stream, flush=True)
             if record is not None:
-                write_json(record, {"step": event.step, "total": event.step,
-                                    "phase": "complete", "steps_per_second": None,
-                                    "eta_seconds": 0.0})
+                write_json(
+                    record,
+                    {
+                        "step": event.step,
+                        "total": event.step,
+                        "phase": "complete",
+                        "steps_per_second": None,
+                        "eta_seconds": 0.0,
+                    },
+                )
 
 
 class StudyProgress:
@@ -159,8 +204,14 @@ class StudyProgress:
     and the stage's ETA: the runs still to go, at the speed of runs already learning,
     shared among the workers."""
 
-    def __init__(self, label: str, records: dict[str, Path], workers: int,
-                 stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        label: str,
+        records: dict[str, Path],
+        workers: int,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.label, self.records, self.workers = label, records, max(workers, 1)
         self.stream = stream or sys.stderr
         self.clock = clock
@@ -178,10 +229,14 @@ class StudyProgress:
         states = {name: _read_record(path) for name, path in self.records.items()}
         complete = [n for n, s in states.items() if s and s["phase"] == "complete"]
         running = {n: s for n, s in states.items() if s and s["phase"] != "complete"}
-        learning = [s for s in running.values() if s["phase"] == "learning"
-                    and s.get("steps_per_second")]
-        whole_run = (sum(s["total"] / s["steps_per_second"] for s in learning) / len(learning)
-                     if learning else None)  # a run's length at the learning rate
+        learning = [
+            s for s in running.values() if s["phase"] == "learning" and s.get("steps_per_second")
+        ]
+        whole_run = (
+            sum(s["total"] / s["steps_per_second"] for s in learning) / len(learning)
+            if learning
+            else None
+        )  # a run's length at the learning rate
         remaining = []
         for name in self.records:
             state = states[name]
@@ -195,12 +250,20 @@ class StudyProgress:
             eta = format_duration(max(max(remaining), sum(remaining) / self.workers))
         else:
             eta = "? (no run learning yet)" if remaining else "0s"
-        runs = "; ".join(f"{n} {s['step']}/{s['total']} {s['phase']}"
-                         + (f" ETA {format_duration(s['eta_seconds'])}"
-                            if s.get("eta_seconds") is not None else "")
-                         for n, s in running.items())
-        return (f"{self.label}: {len(complete)}/{len(self.records)} runs complete"
-                + (f", running: {runs}" if runs else "") + f"; stage ETA {eta}")
+        runs = "; ".join(
+            f"{n} {s['step']}/{s['total']} {s['phase']}"
+            + (
+                f" ETA {format_duration(s['eta_seconds'])}"
+                if s.get("eta_seconds") is not None
+                else ""
+            )
+            for n, s in running.items()
+        )
+        return (
+            f"{self.label}: {len(complete)}/{len(self.records)} runs complete"
+            + (f", running: {runs}" if runs else "")
+            + f"; stage ETA {eta}"
+        )
 
 
 def _read_record(path: Path) -> dict | None:

@@ -49,8 +49,7 @@ def wait_from_env() -> float | None:
 def holder(path: Path) -> str:
     try:
         found = json.loads(path.read_text())
-        return (f"pid {found['pid']} on {found['host']} since {found['since']} "
-                f"({found['command']})")
+        return f"pid {found['pid']} on {found['host']} since {found['since']} ({found['command']})"
     except (OSError, ValueError, KeyError, TypeError):
         return "another process (its details not yet written)"
 
@@ -63,9 +62,11 @@ def _try_lock(handle, path: Path) -> bool:
         return False
     except OSError as error:
         if error.errno in UNSUPPORTED:
-            raise InputError(f"{path}: this filesystem does not support file locks "
-                             f"({os.strerror(error.errno)}); refusing to write the run "
-                             "unlocked (use a local or NFS directory)") from None
+            raise InputError(
+                f"{path}: this filesystem does not support file locks "
+                f"({os.strerror(error.errno)}); refusing to write the run "
+                "unlocked (use a local or NFS directory)"
+            ) from None
         raise
 
 
@@ -81,18 +82,30 @@ def hold(directory: Path, what: str, wait: float | None = None) -> Iterator[None
         said = False
         while not _try_lock(handle, path):
             if deadline is None or time.monotonic() > deadline:
-                raise InputError(f"{what}: {directory} is being written by {holder(path)}; "
-                                 + ("gave up waiting" if said else "wait for it to finish "
-                                    "or stop it"))
+                raise InputError(
+                    f"{what}: {directory} is being written by {holder(path)}; "
+                    + ("gave up waiting" if said else "wait for it to finish or stop it")
+                )
             if not said:
-                print(f"{what}: waiting up to {wait:.0f} s for {holder(path)}, which holds "
-                      f"{directory}", file=sys.stderr, flush=True)
+                print(
+                    f"{what}: waiting up to {wait:.0f} s for {holder(path)}, which holds "
+                    f"{directory}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 said = True
             time.sleep(1.0)
         handle.seek(0)
         handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                 "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                 "command": what}))
+        handle.write(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "command": what,
+                }
+            )
+        )
         handle.flush()
         yield

@@ -40,18 +40,29 @@ def describe(error: BaseException, what: str, where: Path, kept: str) -> Machine
     code = getattr(error, "errno", None)
     free = free_bytes(where)
     # numpy reports a short write ("N requested and M written") with no errno
-    full = code in FULL or (code is None and isinstance(error, OSError)
-                            and free is not None and free < NEARLY_FULL)
-    if any(text in str(error) for text in ("database or disk is full",  # MLflow's SQLite
-                                          "No space left on device", "Disk quota exceeded")):
+    full = code in FULL or (
+        code is None and isinstance(error, OSError) and free is not None and free < NEARLY_FULL
+    )
+    if any(
+        text in str(error)
+        for text in (
+            "database or disk is full",  # MLflow's SQLite
+            "No space left on device",
+            "Disk quota exceeded",
+        )
+    ):
         full = True
     if full:
-        return MachineError(f"{what}: no space left under {where} ({_size(free)} free); "
-                            f"{kept}; free space and rerun the same command to go on from it")
+        return MachineError(
+            f"{what}: no space left under {where} ({_size(free)} free); "
+            f"{kept}; free space and rerun the same command to go on from it"
+        )
     if code in BROKEN:
-        return MachineError(f"{what}: {BROKEN[code]} under {where} "
-                            f"({getattr(error, 'filename', None) or where}); {kept}; "
-                            "check the device, then rerun the same command")
+        return MachineError(
+            f"{what}: {BROKEN[code]} under {where} "
+            f"({getattr(error, 'filename', None) or where}); {kept}; "
+            "check the device, then rerun the same command"
+        )
     return None
 
 
@@ -62,8 +73,10 @@ def failures(what: str, where: Path, kept) -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        if isinstance(error, MachineError) or (found := describe(error, what, where,
-                                                                 kept())) is None:
+        if (
+            isinstance(error, MachineError)
+            or (found := describe(error, what, where, kept())) is None
+        ):
             raise
         raise found from None
 
@@ -72,5 +85,7 @@ def require_room(what: str, where: Path, needed: int, why: str) -> None:
     """Refuse before starting when the disk cannot hold what the run must write."""
     free = free_bytes(where)
     if free is not None and free < needed:
-        raise MachineError(f"{what}: {why} needs about {_size(needed)} under {where}, "
-                           f"{_size(free)} free; free space and rerun")
+        raise MachineError(
+            f"{what}: {why} needs about {_size(needed)} under {where}, "
+            f"{_size(free)} free; free space and rerun"
+        )

@@ -50,9 +50,16 @@ def visible_gpus() -> list[str]:
     if listed is not None:
         return [g for g in listed.split(",") if g.strip() and g.strip() != "-1"]
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()] \
-        if out.returncode == 0 else []
+    return (
+        [line.strip() for line in out.stdout.splitlines() if line.strip()]
+        if out.returncode == 0
+        else []
+    )

@@ -28,8 +28,13 @@ REPORTS = Path("reports")
 START_SEQUENCES = Path("start_sequences")
 RANKER = Path("ranker")  # the select stage's ranking DQN
 RESUME_POINTS = Path("resume-points")  # made for a bundle: `reprodqn resume-point`
-RESULT_DIRS = (START_SEQUENCES, RESULTS, EVALUATIONS, REPORTS,
-               RESUME_POINTS)  # what a bundle ships whole
+RESULT_DIRS = (
+    START_SEQUENCES,
+    RESULTS,
+    EVALUATIONS,
+    REPORTS,
+    RESUME_POINTS,
+)  # what a bundle ships whole
 
 # record names: every module names these files through here, never by a literal
 CHECKPOINTS = "checkpoints"  # a run's folder of weight checkpoints
@@ -140,18 +145,22 @@ def stale_reason(run: Path, digest: str, fingerprint: str | None) -> str | None:
         return None
     recorded = read_json(config_path, "run config")
     if recorded.get("digest") != digest:
-        return (f"different params (digest {str(recorded.get('digest'))[:12]}, now "
-                f"{digest[:12]})")
+        return f"different params (digest {str(recorded.get('digest'))[:12]}, now {digest[:12]})"
     if fingerprint is None or recorded.get("fingerprint") != fingerprint:
-        return (f"different experimental conditions (fingerprint "
-                f"{str(recorded.get('fingerprint'))[:12]}, now {str(fingerprint)[:12]})")
+        return (
+            f"different experimental conditions (fingerprint "
+            f"{str(recorded.get('fingerprint'))[:12]}, now {str(fingerprint)[:12]})"
+        )
     return None
 
 
 def is_finished(run: Path, digest: str, fingerprint: str | None) -> bool:
     """Complete, with these params and conditions."""
-    return ((Path(run) / COMPLETE).exists() and (Path(run) / RUN_CONFIG).exists()
-            and stale_reason(run, digest, fingerprint) is None)
+    return (
+        (Path(run) / COMPLETE).exists()
+        and (Path(run) / RUN_CONFIG).exists()
+        and stale_reason(run, digest, fingerprint) is None
+    )
 
 
 def latest_resume_step(resume_dir: Path) -> int | None:

@@ -35,12 +35,18 @@ NUMERICS_ENV = ("CUBLAS_WORKSPACE_CONFIG", *KNOBS, *THREAD_ENV, "PYTHONHASHSEED"
 FINGERPRINT_ENV = ("CUBLAS_WORKSPACE_CONFIG", *KNOBS)
 FLOORS = {
     # Intel and AMD alike (docs/replication.md: shown op by op under valgrind)
-    "portable": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
-                 "MKL_CBWR": "COMPATIBLE"},
+    "portable": {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_CBWR": "COMPATIBLE",
+    },
     # MKL's AVX2/AVX512 branches on Intel, its AUTO branch elsewhere (the network uses none)
     "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},
-    "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "ATEN_CPU_CAPABILITY": "avx512",
-               "MKL_CBWR": "AVX512"},
+    "avx512": {
+        "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+        "ATEN_CPU_CAPABILITY": "avx512",
+        "MKL_CBWR": "AVX512",
+    },
     "native": {},  # whatever this machine has (recorded as such)
 }
 REQUIRED_FLAGS = {
@@ -75,21 +81,27 @@ def apply(floor: str) -> dict[str, str | None]:
     import platform
 
     if floor != "native" and platform.machine() not in ("x86_64", "AMD64"):
-        raise InputError(f"compute.cpu_isa: {floor} is an x86-64 floor; this machine is "
-                         f"{platform.machine()} (use native)")
+        raise InputError(
+            f"compute.cpu_isa: {floor} is an x86-64 floor; this machine is "
+            f"{platform.machine()} (use native)"
+        )
     flags = machine_flags()
     missing = [f for f in REQUIRED_FLAGS[floor] if f not in flags]
     if flags and missing:
-        raise InputError(f"compute.cpu_isa: {floor} needs a CPU with "
-                         f"{', '.join(REQUIRED_FLAGS[floor])}; this one lacks "
-                         f"{', '.join(missing)} (set compute.cpu_isa to a lower floor or "
-                         "native, which gives different numbers)")
+        raise InputError(
+            f"compute.cpu_isa: {floor} needs a CPU with "
+            f"{', '.join(REQUIRED_FLAGS[floor])}; this one lacks "
+            f"{', '.join(missing)} (set compute.cpu_isa to a lower floor or "
+            "native, which gives different numbers)"
+        )
     wanted = FLOORS[floor]
     if "torch" in sys.modules:  # the libraries have read their settings already
         stale = [k for k, v in wanted.items() if os.environ.get(k) != v]
         if stale:
-            raise InputError(f"compute.cpu_isa: {floor} must be applied before torch is "
-                             f"imported ({', '.join(stale)} would silently do nothing)")
+            raise InputError(
+                f"compute.cpu_isa: {floor} must be applied before torch is "
+                f"imported ({', '.join(stale)} would silently do nothing)"
+            )
     os.environ.update(wanted)
     # stated in every process, as the launcher states it in every study job's environment,
     # so the conditions stage fingerprints the same conditions its runs compute under

@@ -51,16 +51,18 @@ def keep_freed_memory() -> dict:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return {"malloc": "platform default"}
     libc = ctypes.CDLL(None)
-    applied = (libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
-               and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1)
+    applied = (
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+        and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    )
     if not applied:
         return {"malloc": "glibc defaults (mallopt refused)"}
-    return {"malloc": "glibc", "mmap_threshold": MMAP_THRESHOLD,
-            "trim_threshold": TRIM_THRESHOLD}
+    return {"malloc": "glibc", "mmap_threshold": MMAP_THRESHOLD, "trim_threshold": TRIM_THRESHOLD}
 
 
-def configure(device_request: str, threads: int,
-              deterministic_gpu: bool) -> tuple[torch.device, dict]:
+def configure(
+    device_request: str, threads: int, deterministic_gpu: bool
+) -> tuple[torch.device, dict]:
     """Apply the settings; return the device and a record of what was applied."""
     if deterministic_gpu:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", isa.CUBLAS_WORKSPACE)
@@ -88,8 +90,7 @@ def configure(device_request: str, threads: int,
 
     applied = {
         "device": str(device),
-        "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
-                        else "cpu"),
+        "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),

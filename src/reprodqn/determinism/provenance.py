@@ -23,12 +23,39 @@ from reprodqn.core.digests import json_digest
 from reprodqn.determinism import isa
 
 # instruction-set flags that decide which kernels torch, oneDNN, MKL and OpenCV run
-ISA_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq",
-             "avx512bw", "avx512vl", "avx512cd", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-             "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve")
+ISA_FLAGS = (
+    "sse4_1",
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512dq",
+    "avx512bw",
+    "avx512vl",
+    "avx512cd",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "sve",
+)
 NUMERIC_PACKAGES = ("torch", "numpy", "ale-py", "opencv-python-headless")
-REPORTED_PACKAGES = (*NUMERIC_PACKAGES, "gymnasium", "safetensors", "pydantic", "mlflow",
-                     "dvc", "submitit", "nvidia-ml-py")
+REPORTED_PACKAGES = (
+    *NUMERIC_PACKAGES,
+    "gymnasium",
+    "safetensors",
+    "pydantic",
+    "mlflow",
+    "dvc",
+    "submitit",
+    "nvidia-ml-py",
+)
 IMAGE_ENV = ("REPRODQN_IMAGE", "REPRODQN_IMAGE_DIGEST", "REPRODQN_IMAGE_TORCH")
 
 
@@ -48,7 +75,8 @@ def cpu_info() -> dict:
         "model": fields.get("model name") or platform.processor() or platform.machine(),
         "architecture": platform.machine(),
         "logical_cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+        "usable_cores": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
         else os.cpu_count(),
         "isa_flags": sorted(flags & set(ISA_FLAGS)),
         "all_flags": sorted(flags),
@@ -71,8 +99,12 @@ def os_info() -> dict:
                 pretty = line.split("=", 1)[1].strip('"')
     except OSError:
         pass
-    return {"system": platform.system(), "kernel": platform.release(), "distribution": pretty,
-            "libc": " ".join(platform.libc_ver()).strip() or None}
+    return {
+        "system": platform.system(),
+        "kernel": platform.release(),
+        "distribution": pretty,
+        "libc": " ".join(platform.libc_ver()).strip() or None,
+    }
 
 
 def gpu_info() -> dict:
@@ -80,13 +112,21 @@ def gpu_info() -> dict:
     import torch
 
     if not torch.cuda.is_available():
-        return {"present": False, "note": "no CUDA device visible to torch",
-                "torch_cuda_build": torch.version.cuda}
+        return {
+            "present": False,
+            "note": "no CUDA device visible to torch",
+            "torch_cuda_build": torch.version.cuda,
+        }
     devices = []
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
-        devices.append({"name": props.name, "capability": f"{props.major}.{props.minor}",
-                        "memory_bytes": props.total_memory})
+        devices.append(
+            {
+                "name": props.name,
+                "capability": f"{props.major}.{props.minor}",
+                "memory_bytes": props.total_memory,
+            }
+        )
     driver = None
     try:
         import pynvml
@@ -97,8 +137,13 @@ def gpu_info() -> dict:
         pynvml.nvmlShutdown()
     except Exception:  # NVML absent or unusable: the driver stays unrecorded, not fatal
         driver = None
-    return {"present": True, "devices": devices, "driver": driver, "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version()}
+    return {
+        "present": True,
+        "devices": devices,
+        "driver": driver,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+    }
 
 
 # where the running package lives: a checkout's src/ for `pip install -e .`
@@ -109,9 +154,11 @@ def git_info(root: Path) -> dict:
     """The commit of the checkout `root` is in; else of the checkout the running package is
     in (a workspace outside the work tree, `make laptop LAPTOP=~/...`, runs the checkout's
     editable install)."""
+
     def git(where: Path, *args):
-        return subprocess.run(["git", "-C", str(where), *args], capture_output=True,
-                              text=True, timeout=10)
+        return subprocess.run(
+            ["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10
+        )
 
     try:
         for where in (root, PACKAGE_DIR):
@@ -119,8 +166,11 @@ def git_info(root: Path) -> dict:
             if head.returncode == 0:
                 status = git(where, "status", "--porcelain", "--untracked-files=no").stdout
                 date = git(where, "log", "-1", "--format=%cs").stdout.strip()
-                return {"commit": head.stdout.strip(), "dirty": bool(status.strip()),
-                        "date": date or None}
+                return {
+                    "commit": head.stdout.strip(),
+                    "dirty": bool(status.strip()),
+                    "date": date or None,
+                }
         return {"commit": None, "note": "not a git checkout"}
     except (OSError, subprocess.TimeoutExpired):
         return {"commit": None, "note": "git unavailable"}
@@ -130,12 +180,20 @@ def container_info() -> dict:
     """Whether this runs in a container, and whose: podman's marker file or docker's; the
     image's name and digest (make docker-run passes them) and its torch build (cuda or cpu,
     the image's REPRODQN_IMAGE_TORCH)."""
-    engine = ("podman" if Path("/run/.containerenv").exists() else
-              "docker" if Path("/.dockerenv").exists() else None)
-    return {"inside_container": engine is not None, "engine": engine,
-            "image": os.environ.get("REPRODQN_IMAGE"),
-            "image_digest": os.environ.get("REPRODQN_IMAGE_DIGEST"),
-            "torch_build": os.environ.get("REPRODQN_IMAGE_TORCH")}
+    engine = (
+        "podman"
+        if Path("/run/.containerenv").exists()
+        else "docker"
+        if Path("/.dockerenv").exists()
+        else None
+    )
+    return {
+        "inside_container": engine is not None,
+        "engine": engine,
+        "image": os.environ.get("REPRODQN_IMAGE"),
+        "image_digest": os.environ.get("REPRODQN_IMAGE_DIGEST"),
+        "torch_build": os.environ.get("REPRODQN_IMAGE_TORCH"),
+    }
 
 
 def collect(compute_config, root: Path = Path(".")) -> dict:
@@ -146,22 +204,26 @@ def collect(compute_config, root: Path = Path(".")) -> dict:
     gpu = gpu_info()
     conditions = {
         "device": str(device),
-        "device_name": (gpu["devices"][device.index or 0]["name"] if device.type == "cuda"
-                        else "cpu"),
+        "device_name": (
+            gpu["devices"][device.index or 0]["name"] if device.type == "cuda" else "cpu"
+        ),
         "cpu": cpu_info(),
         "memory_bytes": memory_bytes(),
         "os": os_info(),
         "gpu": gpu,
-        "python": {"version": platform.python_version(),
-                   "implementation": platform.python_implementation(),
-                   "executable": sys.executable},
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
         "packages": {name: package_version(name) for name in REPORTED_PACKAGES},
         "numerics": {
             "cpu_isa": compute_config.cpu_isa,
             "torch_threads": compute_config.threads,
             "deterministic_gpu_default": compute_config.deterministic_gpu,
-            "cpu_reduction_order": (compute_config.cpu_reduction_order
-                                    if device.type == "cpu" else "the GPU kernels'"),
+            "cpu_reduction_order": (
+                compute_config.cpu_reduction_order if device.type == "cpu" else "the GPU kernels'"
+            ),
             "environment": {name: os.environ.get(name) for name in isa.NUMERICS_ENV},
         },
         "container": container_info(),
@@ -191,8 +253,9 @@ def fingerprint_fields(conditions: dict) -> dict:
         "python": conditions["python"]["version"],
         "packages": {name: conditions["packages"].get(name) for name in NUMERIC_PACKAGES},
         "torch_threads": conditions["numerics"]["torch_threads"],
-        "environment": {name: conditions["numerics"]["environment"].get(name)
-                        for name in isa.FINGERPRINT_ENV},
+        "environment": {
+            name: conditions["numerics"]["environment"].get(name) for name in isa.FINGERPRINT_ENV
+        },
     }
 
 
@@ -220,8 +283,10 @@ def write_conditions(compute_config, out_dir: Path) -> dict:
 
     conditions = collect(compute_config)
     write_json(out_dir / workspace.CONDITIONS, conditions)
-    write_json(out_dir / workspace.FINGERPRINT, {"fingerprint": conditions["fingerprint"],
-                                              "fields": fingerprint_fields(conditions)})
+    write_json(
+        out_dir / workspace.FINGERPRINT,
+        {"fingerprint": conditions["fingerprint"], "fields": fingerprint_fields(conditions)},
+    )
     write_sbom(out_dir / workspace.SBOM)
     return conditions
 
@@ -244,25 +309,45 @@ def write_sbom(path: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "sbom.json"
         result = subprocess.run(
-            [sys.executable, "-m", "cyclonedx_py", "environment", sys.executable,
-             "--output-reproducible", "--of", "JSON", "-o", str(raw)],
-            capture_output=True, text=True)
+            [
+                sys.executable,
+                "-m",
+                "cyclonedx_py",
+                "environment",
+                sys.executable,
+                "--output-reproducible",
+                "--of",
+                "JSON",
+                "-o",
+                str(raw),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0:
             last = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise InputError(f"cyclonedx-py could not write the SBOM: {last}")
         doc = json.loads(raw.read_text())
-    dropped = {c["bom-ref"] for c in doc.get("components", [])
-               if c.get("bom-ref", "").startswith("BomRef.")}
+    dropped = {
+        c["bom-ref"]
+        for c in doc.get("components", [])
+        if c.get("bom-ref", "").startswith("BomRef.")
+    }
     doc["components"] = [c for c in doc.get("components", []) if c["bom-ref"] not in dropped]
     for component in doc["components"]:
-        refs = [r for r in component.get("externalReferences", [])
-                if not r.get("url", "").startswith("file:")]
+        refs = [
+            r
+            for r in component.get("externalReferences", [])
+            if not r.get("url", "").startswith("file:")
+        ]
         if refs:
             component["externalReferences"] = refs
         else:
             component.pop("externalReferences", None)
     doc["dependencies"] = [
         {**d, "dependsOn": [r for r in d.get("dependsOn", []) if r not in dropped]}
-        for d in doc.get("dependencies", []) if d.get("ref") not in dropped]
+        for d in doc.get("dependencies", [])
+        if d.get("ref") not in dropped
+    ]
     write_json(path, doc)
     return doc

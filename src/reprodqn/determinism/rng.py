@@ -75,8 +75,11 @@ class PCG64Stream:
     family = "pcg64"
 
     def __init__(self, seed: int, actor: int = 0):
-        self.generator = stream(seed) if actor == 0 else np.random.Generator(
-            np.random.PCG64(np.random.SeedSequence([seed, actor])))
+        self.generator = (
+            stream(seed)
+            if actor == 0
+            else np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, actor])))
+        )
 
     def uniform(self) -> float:
         return float(self.generator.random())

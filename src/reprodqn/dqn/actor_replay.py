@@ -30,8 +30,15 @@ class ActorReplay:
     def nbytes(self) -> int:
         return sum(memory.nbytes for memory in self.memories)
 
-    def add(self, actor: int, frame: np.ndarray, action: int, reward: float, terminal: bool,
-            episode_time: int) -> None:
+    def add(
+        self,
+        actor: int,
+        frame: np.ndarray,
+        action: int,
+        reward: float,
+        terminal: bool,
+        episode_time: int,
+    ) -> None:
         self.memories[actor].add(frame, action, reward, terminal, episode_time)
 
     def sample_slots(self, batch_size: int, rng: Stream) -> tuple[np.ndarray, np.ndarray]:
@@ -39,8 +46,10 @@ class ActorReplay:
         first = self.memories[0]
         low, high = first.history_length, len(first) - first.n_step
         if high <= low:
-            raise ValueError(f"each actor's replay memory holds {len(first)} transitions; "
-                             f"sampling needs at least {first.history_length + 2}")
+            raise ValueError(
+                f"each actor's replay memory holds {len(first)} transitions; "
+                f"sampling needs at least {first.history_length + 2}"
+            )
         n = len(self.memories)
         actors: list[int] = []
         slots: list[int] = []
@@ -76,7 +85,8 @@ class ActorReplay:
 
     def set_state(self, state: dict) -> None:
         if set(state) != {str(actor) for actor in range(len(self.memories))}:
-            raise ValueError(f"replay state holds actors {sorted(state)}, not "
-                             f"0..{len(self.memories) - 1}")
+            raise ValueError(
+                f"replay state holds actors {sorted(state)}, not 0..{len(self.memories) - 1}"
+            )
         for actor, memory in enumerate(self.memories):
             memory.set_state(state[str(actor)])

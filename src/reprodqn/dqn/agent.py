@@ -58,12 +58,20 @@ class DQNAgent:
     250K); the target copy follows when (t + 1) % target_sync_every == 1, and once at
     construction."""
 
-    def __init__(self, agent_config: AgentSettings, *, n_actions: int, history_length: int,
-                 screen_size: int,
-                 device: torch.device, init_generator: torch.Generator,
-                 learning_starts: int, reward_clip: float,
-                 priority_config: PrioritySettings | None = None,
-                 reduction_order: str = "fixed"):
+    def __init__(
+        self,
+        agent_config: AgentSettings,
+        *,
+        n_actions: int,
+        history_length: int,
+        screen_size: int,
+        device: torch.device,
+        init_generator: torch.Generator,
+        learning_starts: int,
+        reward_clip: float,
+        priority_config: PrioritySettings | None = None,
+        reduction_order: str = "fixed",
+    ):
         self.config = agent_config
         # compute.cpu_reduction_order: on CUDA the kernels' own order stands
         self.shuffle_rows = reduction_order == "random" and device.type == "cpu"
@@ -73,9 +81,14 @@ class DQNAgent:
         self.learning_starts = learning_starts
         self.reward_clip = reward_clip
         self.epsilon = AnnealedEpsilon(agent_config)
-        self.online = build_q_network(agent_config.network, n_actions, history_length,
-                                      screen_size, init_generator,
-                                      agent_config.dueling).to(device)
+        self.online = build_q_network(
+            agent_config.network,
+            n_actions,
+            history_length,
+            screen_size,
+            init_generator,
+            agent_config.dueling,
+        ).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self.optimizer = build_optimizer(self.online.parameters(), agent_config)
 
@@ -135,9 +148,13 @@ class DQNAgent:
         """max_a Q_target(s', a): the target network both picks and values the action."""
         return self.target(next_states).max(dim=1).values
 
-    def td_target(self, rewards: torch.Tensor, next_states: torch.Tensor,
-                  not_terminal: torch.Tensor, discounts: torch.Tensor | None = None
-                  ) -> torch.Tensor:
+    def td_target(
+        self,
+        rewards: torch.Tensor,
+        next_states: torch.Tensor,
+        not_terminal: torch.Tensor,
+        discounts: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """r + gamma * V(s'), zero bootstrap at terminals; with n-step returns, r is the
         n-step return (float64) and `discounts` holds gamma^m per sample."""
         next_q = self.next_values(next_states)
@@ -157,15 +174,19 @@ class DQNAgent:
         actions = torch.from_numpy(batch["actions"].astype(np.int64)).to(device)
         rewards = torch.from_numpy(batch["rewards"]).to(device)
         not_terminal = torch.from_numpy(~batch["terminals"]).to(device)
-        discounts = (torch.from_numpy(batch["discounts"]).to(device)
-                     if batch.get("discounts") is not None else None)
+        discounts = (
+            torch.from_numpy(batch["discounts"]).to(device)
+            if batch.get("discounts") is not None
+            else None
+        )
         with torch.no_grad():
             targets = self.td_target(rewards, next_states, not_terminal, discounts)
         q = self.online(states).gather(1, actions.unsqueeze(1)).squeeze(1)
         return targets, q
 
-    def loss(self, q: torch.Tensor, targets: torch.Tensor,
-             weights: torch.Tensor | None = None) -> torch.Tensor:
+    def loss(
+        self, q: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Huber (the authors'; its gradient is DeepMind's TD error clipped to +-1) or
         squared error, reduced over the batch by mean (the authors') or sum (DeepMind's
         summed gradient); with importance weights, of the weighted per-sample losses."""
@@ -176,14 +197,15 @@ class DQNAgent:
         weighted = weights * per_sample(q, targets, reduction="none")
         return weighted.mean() if reduction == "mean" else weighted.sum()
 
-    def update(self, batch: dict[str, np.ndarray],
-               weights: torch.Tensor | None = None) -> torch.Tensor:
+    def update(
+        self, batch: dict[str, np.ndarray], weights: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """One optimizer step on a minibatch; returns the loss (a 0-d tensor on the device)."""
         return self.update_with_td_errors(batch, weights)[0]
 
-    def update_with_td_errors(self, batch: dict[str, np.ndarray],
-                              weights: torch.Tensor | None = None
-                              ) -> tuple[torch.Tensor, torch.Tensor]:
+    def update_with_td_errors(
+        self, batch: dict[str, np.ndarray], weights: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step; the loss and the TD errors the step was taken on (in the
         minibatch's order, whatever order the update summed its rows in)."""
         order = os_entropy_order(len(batch["actions"])) if self.shuffle_rows else None
@@ -200,14 +222,13 @@ class DQNAgent:
             td_errors = td_errors[torch.from_numpy(np.argsort(order))]
         return loss.detach(), td_errors
 
-    def update_prioritized(self, step: int, batch: dict, replay,
-                           priority: PrioritySettings) -> torch.Tensor:
+    def update_prioritized(
+        self, step: int, batch: dict, replay, priority: PrioritySettings
+    ) -> torch.Tensor:
         """The update with importance weights (unless off), then the sampled transitions'
         new priorities from their TD errors before the step (Schaul et al. 2016)."""
-        importance = priority_rule.importance_weights(batch, priority,
-                                                 step - self.learning_starts)
-        weights = (torch.from_numpy(importance).to(self.device) if importance is not None
-                   else None)
+        importance = priority_rule.importance_weights(batch, priority, step - self.learning_starts)
+        weights = torch.from_numpy(importance).to(self.device) if importance is not None else None
         errors = np.abs(self.window_td_errors(batch, priority.eta))  # before the update
         loss, td_errors = self.update_with_td_errors(batch, weights)
         errors[:, 0] = np.abs(td_errors.cpu().numpy().astype(np.float64))
@@ -219,8 +240,9 @@ class DQNAgent:
         is the n-step TD error of the transition k steps later in the same episode, NaN
         where there is none; column 0 is filled from the update itself."""
         positions = batch.get("window")
-        errors = np.full((len(batch["indices"]), 1 if positions is None else
-                          positions["valid"].shape[1]), np.nan)
+        errors = np.full(
+            (len(batch["indices"]), 1 if positions is None else positions["valid"].shape[1]), np.nan
+        )
         if positions is None or eta == 0:
             return errors
         later = positions["transitions"]
@@ -252,7 +274,7 @@ class DQNAgent:
 
     def load_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         def section(prefix):
-            return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+            return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
         self.online.load_state_dict(section("online."))
         self.target.load_state_dict(section("target."))
@@ -274,14 +296,30 @@ class DoubleDQNAgent(DQNAgent):
         return self.target(next_states).gather(1, best).squeeze(1)
 
 
-def make_agent(agent_config: AgentSettings, *, n_actions: int, history_length: int,
-               screen_size: int,
-               device: torch.device, init_generator: torch.Generator, learning_starts: int,
-               reward_clip: float, priority_config: PrioritySettings | None = None,
-               reduction_order: str = "fixed") -> DQNAgent:
+def make_agent(
+    agent_config: AgentSettings,
+    *,
+    n_actions: int,
+    history_length: int,
+    screen_size: int,
+    device: torch.device,
+    init_generator: torch.Generator,
+    learning_starts: int,
+    reward_clip: float,
+    priority_config: PrioritySettings | None = None,
+    reduction_order: str = "fixed",
+) -> DQNAgent:
     """The agent a config names: DQN, or Double DQN when agent.double."""
     kind = DoubleDQNAgent if agent_config.double else DQNAgent
-    return kind(agent_config, n_actions=n_actions, history_length=history_length,
-                screen_size=screen_size, device=device, init_generator=init_generator,
-                learning_starts=learning_starts, reward_clip=reward_clip,
-                priority_config=priority_config, reduction_order=reduction_order)
+    return kind(
+        agent_config,
+        n_actions=n_actions,
+        history_length=history_length,
+        screen_size=screen_size,
+        device=device,
+        init_generator=init_generator,
+        learning_starts=learning_starts,
+        reward_clip=reward_clip,
+        priority_config=priority_config,
+        reduction_order=reduction_order,
+    )

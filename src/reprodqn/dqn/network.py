@@ -40,8 +40,9 @@ class OneDnnConv2d(nn.Conv2d):
         if x.device.type != "cpu":
             return super().forward(x)
         padding = cast(tuple[int, ...], self.padding)  # a number, never 'same' or 'valid', here
-        return torch.mkldnn_convolution(x, self.weight, self.bias, padding, self.stride,
-                                        self.dilation, self.groups)
+        return torch.mkldnn_convolution(
+            x, self.weight, self.bias, padding, self.stride, self.dilation, self.groups
+        )
 
 
 class OneDnnLinear(nn.Linear):
@@ -56,16 +57,25 @@ class OneDnnLinear(nn.Linear):
 
 
 def _head(features: int, hidden: int, outputs: int) -> list[nn.Module]:
-    return [skip_init(OneDnnLinear, features, hidden), nn.ReLU(),
-            skip_init(OneDnnLinear, hidden, outputs)]
+    return [
+        skip_init(OneDnnLinear, features, hidden),
+        nn.ReLU(),
+        skip_init(OneDnnLinear, hidden, outputs),
+    ]
 
 
 class QNetwork(nn.Module):
     """uint8 frame stacks (B, history, H, W) -> Q-values (B, n_actions). Dueling: `layers`
     is the torso alone, and each stream has its own hidden layer of the torso's width."""
 
-    def __init__(self, kind: str, n_actions: int, history_length: int, screen_size: int,
-                 dueling: bool = False):
+    def __init__(
+        self,
+        kind: str,
+        n_actions: int,
+        history_length: int,
+        screen_size: int,
+        dueling: bool = False,
+    ):
         super().__init__()
         convs, hidden = ARCHITECTURES[kind]
         layers: list[nn.Module] = []
@@ -107,15 +117,22 @@ def q_values(net: nn.Module, states: np.ndarray, chunk: int) -> np.ndarray:
     count = len(states)
     padded = -(-count // chunk) * chunk
     if padded != count:
-        states = np.concatenate([states, np.zeros((padded - count, *states.shape[1:]),
-                                                  states.dtype)])
+        states = np.concatenate(
+            [states, np.zeros((padded - count, *states.shape[1:]), states.dtype)]
+        )
     frames = torch.from_numpy(states).to(device)
-    out = torch.cat([net(frames[i:i + chunk]) for i in range(0, padded, chunk)])
+    out = torch.cat([net(frames[i : i + chunk]) for i in range(0, padded, chunk)])
     return out[:count].cpu().numpy()
 
 
-def build_q_network(kind: str, n_actions: int, history_length: int, screen_size: int,
-                    generator: torch.Generator, dueling: bool = False) -> QNetwork:
+def build_q_network(
+    kind: str,
+    n_actions: int,
+    history_length: int,
+    screen_size: int,
+    generator: torch.Generator,
+    dueling: bool = False,
+) -> QNetwork:
     """A Q-network on the CPU whose weights depend on `generator` only (layer by layer in
     order: torso, then value, then advantage stream)."""
     net = QNetwork(kind, n_actions, history_length, screen_size, dueling)

@@ -99,8 +99,9 @@ class CenteredRMSprop(torch.optim.Optimizer):
                 state["step"] += 1
                 state["grad_avg"].mul_(alpha).add_(grad, alpha=1 - alpha)
                 state["square_avg"].mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-                variance = state["square_avg"].addcmul(state["grad_avg"], state["grad_avg"],
-                                                       value=-1)
+                variance = state["square_avg"].addcmul(
+                    state["grad_avg"], state["grad_avg"], value=-1
+                )
                 param.addcdiv_(grad, ieee_sqrt_(variance.add_(eps)), value=-lr)
 
 
@@ -126,8 +127,8 @@ class Adam(torch.optim.Adam):
                 exp_avg.lerp_(grad, 1 - beta1)
                 exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
                 step = state["step"].item()
-                step_size = lr / (1 - beta1 ** step)
-                correction2_sqrt = (1 - beta2 ** step) ** 0.5
+                step_size = lr / (1 - beta1**step)
+                correction2_sqrt = (1 - beta2**step) ** 0.5
                 floor = exact_sqrt_floor(eps, correction2_sqrt)
                 denom = ieee_sqrt_(exp_avg_sq.clamp_min(floor)).div_(correction2_sqrt).add_(eps)
                 param.addcdiv_(exp_avg, denom, value=-step_size)
@@ -139,7 +140,7 @@ def build_optimizer(parameters, agent_config: AgentSettings) -> torch.optim.Opti
     if c.optimizer == "rmsprop":
         return RMSprop(parameters, lr=c.learning_rate, alpha=c.rmsprop_alpha, eps=c.rmsprop_eps)
     if c.optimizer == "rmsprop_centered":
-        return CenteredRMSprop(parameters, lr=c.learning_rate, alpha=c.rmsprop_alpha,
-                               eps=c.rmsprop_eps)
-    return Adam(parameters, lr=c.learning_rate, betas=(c.adam_beta1, c.adam_beta2),
-                eps=c.adam_eps)
+        return CenteredRMSprop(
+            parameters, lr=c.learning_rate, alpha=c.rmsprop_alpha, eps=c.rmsprop_eps
+        )
+    return Adam(parameters, lr=c.learning_rate, betas=(c.adam_beta1, c.adam_beta2), eps=c.adam_eps)

@@ -38,8 +38,10 @@ def check_memory(capacity: int, frame_size: int, physical: int | None = None) ->
     if physical is None:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if needed > physical:
-        raise InputError(f"replay.capacity ({capacity:,}): prioritized replay needs "
-                         f"{needed / 2**30:.1f} GiB, this machine has {physical / 2**30:.1f} GiB")
+        raise InputError(
+            f"replay.capacity ({capacity:,}): prioritized replay needs "
+            f"{needed / 2**30:.1f} GiB, this machine has {physical / 2**30:.1f} GiB"
+        )
     return needed
 
 
@@ -58,14 +60,17 @@ class PrioritizedReplay:
         return self.memory.nbytes + self.tree.nbytes
 
     # -- writing -----------------------------------------------------------------------------
-    def add(self, frame: np.ndarray, action: int, reward: float, terminal: bool,
-            episode_time: int) -> None:
+    def add(
+        self, frame: np.ndarray, action: int, reward: float, terminal: bool, episode_time: int
+    ) -> None:
         slot = self.memory.cursor
         self.memory.add(frame, action, reward, terminal, episode_time)
         memory = self.memory
-        sampleable = (memory.history_length <= slot <= memory.capacity - memory.n_step - 1
-                      and memory.history_valid(slot))
-        priority = self.max_priority ** self.config.alpha if sampleable else 0.0
+        sampleable = (
+            memory.history_length <= slot <= memory.capacity - memory.n_step - 1
+            and memory.history_valid(slot)
+        )
+        priority = self.max_priority**self.config.alpha if sampleable else 0.0
         self.tree.set(np.array([slot]), np.array([priority]))
 
     def set_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
@@ -73,13 +78,16 @@ class PrioritizedReplay:
         unique, first = np.unique(indices, return_index=True)
         p = np.asarray(priorities, dtype=np.float64)[first] + self.config.eps
         self.max_priority = max(self.max_priority, float(p.max()))
-        self.tree.set(unique, p ** self.config.alpha)
+        self.tree.set(unique, p**self.config.alpha)
 
     # -- sampling ----------------------------------------------------------------------------
     def sampleable(self, index: int) -> bool:
         memory = self.memory
-        return (memory.history_length <= index < memory.size - memory.n_step
-                and self.tree.leaves[index] > 0 and memory.valid(index))
+        return (
+            memory.history_length <= index < memory.size - memory.n_step
+            and self.tree.leaves[index] > 0
+            and memory.valid(index)
+        )
 
     def sample_indices(self, batch_size: int, rng: Stream) -> np.ndarray:
         """One stratified draw per segment of the priority mass; redrawn in its segment
@@ -123,13 +131,16 @@ class PrioritizedReplay:
 
     # -- exact resume ------------------------------------------------------------------------
     def get_state(self) -> dict:
-        return {"memory": self.memory.get_state(), "tree": self.tree.nodes.copy(),
-                "max_priority": self.max_priority}
+        return {
+            "memory": self.memory.get_state(),
+            "tree": self.tree.nodes.copy(),
+            "max_priority": self.max_priority,
+        }
 
     def set_state(self, state: dict) -> None:
         self.memory.set_state(state["memory"])
         nodes = np.asarray(state["tree"], dtype=np.float64)
-        self.tree.set_state({"leaves": nodes[self.tree.leaf_base:][:self.memory.capacity]})
+        self.tree.set_state({"leaves": nodes[self.tree.leaf_base :][: self.memory.capacity]})
         if not np.array_equal(self.tree.nodes, nodes):
             raise ValueError("restored sum tree differs from the tree of its leaves")
         self.max_priority = float(state["max_priority"])

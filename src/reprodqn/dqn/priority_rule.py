@@ -15,15 +15,16 @@ def beta(config: PrioritySettings, steps_learning: int) -> float:
     return config.beta_start + (1.0 - config.beta_start) * fraction
 
 
-def importance_weights(batch: dict, config: PrioritySettings,
-                       steps_learning: int) -> np.ndarray | None:
+def importance_weights(
+    batch: dict, config: PrioritySettings, steps_learning: int
+) -> np.ndarray | None:
     """w_i = (N P(i))^-beta / max_j w_j over the batch (float32), or None when weights are
     off (R2D2). N is the number of transitions held, P(i) each sample's probability."""
     if not config.importance_weights:
         return None
     b = beta(config, steps_learning)
     scaled = batch["population"] * batch["probabilities"]
-    weights = scaled ** -b
+    weights = scaled**-b
     return (weights / weights.max()).astype(np.float32)
 
 

@@ -38,8 +38,15 @@ MAX_REDRAWS = 1_000_000  # their loop would spin forever; a buffer this bad is a
 
 
 class ReplayMemory:
-    def __init__(self, capacity: int, history_length: int, frame_size: int,
-                 episode_time_wraps: bool = True, n_step: int = 1, discount: float = 0.99):
+    def __init__(
+        self,
+        capacity: int,
+        history_length: int,
+        frame_size: int,
+        episode_time_wraps: bool = True,
+        n_step: int = 1,
+        discount: float = 0.99,
+    ):
         self.capacity = capacity
         self.n_step = n_step
         self.discount = discount
@@ -50,8 +57,7 @@ class ReplayMemory:
         self.actions = np.zeros(capacity, dtype=np.uint8)
         self.rewards = np.zeros(capacity, dtype=np.float32)
         self.terminals = np.zeros(capacity, dtype=bool)
-        self.episode_time = np.zeros(capacity, dtype=np.uint8 if episode_time_wraps
-                                     else np.int64)
+        self.episode_time = np.zeros(capacity, dtype=np.uint8 if episode_time_wraps else np.int64)
         self.time_modulus = 256 if episode_time_wraps else None
         self.cursor = 0
         self.size = 0
@@ -68,8 +74,9 @@ class ReplayMemory:
         return (*_ARRAYS, "starts") if self.n_step > 1 else _ARRAYS
 
     # -- writing -----------------------------------------------------------------------------
-    def add(self, frame: np.ndarray, action: int, reward: float, terminal: bool,
-            episode_time: int) -> None:
+    def add(
+        self, frame: np.ndarray, action: int, reward: float, terminal: bool, episode_time: int
+    ) -> None:
         """Store the frame seen after action a_t with a_t, r_t, whether the episode ended,
         and t's index within its episode (the authors' add_item)."""
         i = self.cursor
@@ -79,8 +86,9 @@ class ReplayMemory:
         self.terminals[i] = terminal
         if self.n_step > 1:
             self.starts[i] = episode_time == 0
-        self.episode_time[i] = (episode_time % self.time_modulus if self.time_modulus
-                                else episode_time)
+        self.episode_time[i] = (
+            episode_time % self.time_modulus if self.time_modulus else episode_time
+        )
         self.size = max(self.size, i + 1)
         self.cursor = (i + 1) % self.capacity
 
@@ -96,9 +104,9 @@ class ReplayMemory:
         """The checks that stay true until slot `index` is overwritten: s is 4 frames of one
         episode (and, with n > 1, a_i belongs to that episode too)."""
         h, n = self.history_length, self.n_step
-        if self.terminals[index - h:index].any():
+        if self.terminals[index - h : index].any():
             return False
-        times = self.episode_time[index - h:index].astype(np.int64)
+        times = self.episode_time[index - h : index].astype(np.int64)
         if not (times[:-1] < times[1:]).all():
             return False
         return n == 1 or not self.starts[index]  # n > 1: s and a_i from one episode
@@ -107,8 +115,10 @@ class ReplayMemory:
         """Draw until batch_size valid indices are found; invalid draws are dropped."""
         low, high = self.history_length, self.size - self.n_step
         if high <= low:
-            raise ValueError(f"replay memory holds {self.size} transitions; sampling needs at "
-                             f"least {self.history_length + 2}")
+            raise ValueError(
+                f"replay memory holds {self.size} transitions; sampling needs at "
+                f"least {self.history_length + 2}"
+            )
         indices: list[int] = []
         redraws = 0
         while len(indices) < batch_size:
@@ -153,14 +163,21 @@ class ReplayMemory:
         rewards = self.rewards[window].astype(np.float64)
         returns = np.zeros(len(indices), dtype=np.float64)
         for k in range(n):  # r_i + gamma r_{i+1} + ..., term by term in a fixed order
-            returns += np.where(k < length, self.discount ** k * rewards[:, k], 0.0)
+            returns += np.where(k < length, self.discount**k * rewards[:, k], 0.0)
         discounts = np.where(terminal, 0.0, self.discount ** length.astype(np.float64))
         last = indices + length - 1  # s' = frames last-h+1 .. last
         state_frames = self.frames[indices[:, None] + np.arange(-h, 0)[None, :]]
         next_frames = self.frames[last[:, None] + np.arange(-h + 1, 1)[None, :]]
-        return {"indices": indices, "states": state_frames, "actions": self.actions[indices],
-                "rewards": returns, "terminals": terminal, "discounts": discounts,
-                "next_states": next_frames, "lengths": length}
+        return {
+            "indices": indices,
+            "states": state_frames,
+            "actions": self.actions[indices],
+            "rewards": returns,
+            "terminals": terminal,
+            "discounts": discounts,
+            "next_states": next_frames,
+            "lengths": length,
+        }
 
     # -- exact resume ------------------------------------------------------------------------
     def get_state(self) -> dict:

@@ -44,7 +44,7 @@ class SumTree:
 
     @property
     def leaves(self) -> np.ndarray:
-        return self.nodes[self.leaf_base:self.leaf_base + self.capacity]
+        return self.nodes[self.leaf_base : self.leaf_base + self.capacity]
 
     def set(self, indices: np.ndarray, values: np.ndarray) -> None:
         """Set leaves (unique indices, values >= 0), then recompute their ancestors level by
@@ -89,8 +89,7 @@ class SumTree:
     def set_state(self, state: dict) -> None:
         leaves = np.asarray(state["leaves"], dtype=np.float64)
         if leaves.shape != (self.capacity,):
-            raise ValueError(f"sum tree state holds {leaves.shape[0]} leaves, not "
-                             f"{self.capacity}")
+            raise ValueError(f"sum tree state holds {leaves.shape[0]} leaves, not {self.capacity}")
         self.nodes[:] = 0.0
-        self.nodes[self.leaf_base:self.leaf_base + self.capacity] = leaves
+        self.nodes[self.leaf_base : self.leaf_base + self.capacity] = leaves
         self.rebuild()

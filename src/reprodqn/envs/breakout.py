@@ -47,11 +47,18 @@ class BreakoutEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, mode: str = "train", sticky_p: float | None = None,
-                 reward_clip: float | None = None, generator: str = "authors",
-                 start_sequences: str | Path | None = None, max_frames: int | None = None,
-                 sticky_seed_start: int = 0, episode_stride: int = 1,
-                 env_config: dict | None = None):
+    def __init__(
+        self,
+        mode: str = "train",
+        sticky_p: float | None = None,
+        reward_clip: float | None = None,
+        generator: str = "authors",
+        start_sequences: str | Path | None = None,
+        max_frames: int | None = None,
+        sticky_seed_start: int = 0,
+        episode_stride: int = 1,
+        env_config: dict | None = None,
+    ):
         if mode not in MODES:
             raise InputError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
         if generator not in FAMILIES:
@@ -67,19 +74,29 @@ class BreakoutEnv(gym.Env):
             raise InputError("env_config: " + " ".join(str(error).splitlines()[1:3])) from None
         self.mode, self.generator, self.reward_clip = mode, generator, reward_clip
         c = self.config
-        self.observation_space = spaces.Box(0, 255, (c.history_length, c.screen_size,
-                                                     c.screen_size), np.uint8)
+        self.observation_space = spaces.Box(
+            0, 255, (c.history_length, c.screen_size, c.screen_size), np.uint8
+        )
         self.history = FrameHistory(c.history_length, c.screen_size)
         if mode == "train":
             self._streams = Streams(dict.fromkeys(GAME_STREAMS, AUTHORS_SEED), generator)
-            self._game = TrainingEnv(c, self._streams["sticky"] if c.sticky_p > 0 else None,
-                                     self._streams["noop"])
+            self._game = TrainingEnv(
+                c, self._streams["sticky"] if c.sticky_p > 0 else None, self._streams["noop"]
+            )
             self.action_set = self._game.emulator.action_set
         else:
             evaluation = EvaluationConfig()
-            self.protocol = Protocol(c.game, c.frame_skip, c.history_length, c.screen_size,
-                                     max_frames or evaluation.max_frames, c.sticky_p,
-                                     evaluation.inference_chunk, c.resize, generator)
+            self.protocol = Protocol(
+                c.game,
+                c.frame_skip,
+                c.history_length,
+                c.screen_size,
+                max_frames or evaluation.max_frames,
+                c.sticky_p,
+                evaluation.inference_chunk,
+                c.resize,
+                generator,
+            )
             self.sticky_seed_start, self.episode_stride = sticky_seed_start, episode_stride
             path = Path(start_sequences) if start_sequences else AUTHORS_STATES
             self.start_sequences = path
@@ -107,21 +124,22 @@ class BreakoutEnv(gym.Env):
 
     def step(self, action):
         if not self.action_space.contains(action):
-            raise InputError(f"action {action!r}: expected an integer in "
-                             f"[0, {self.action_space.n})")
+            raise InputError(
+                f"action {action!r}: expected an integer in [0, {self.action_space.n})"
+            )
         if self.mode == "train":
             return self._step_train(int(action))
         if self._episode is None:
             raise InputError("step() before reset(): an eval episode starts at reset")
         reward, over, capped = self._episode.step(int(action))
-        return (self.history.frames.copy(), float(reward), over, capped,
-                _eval_info(self._episode))
+        return (self.history.frames.copy(), float(reward), over, capped, _eval_info(self._episode))
 
     # -- train mode --------------------------------------------------------------------------
     def _reset_train(self, seed: int | None) -> np.ndarray:
         if seed is not None:  # a new experiment: fresh streams, a fresh game
-            self._streams.set_state(Streams(dict.fromkeys(GAME_STREAMS, seed),
-                                            self.generator).get_state())
+            self._streams.set_state(
+                Streams(dict.fromkeys(GAME_STREAMS, seed), self.generator).get_state()
+            )
             self._game.end_game()
             self._game.emulator.prev_action = NOOP
             self._game.episode_frames = 0
@@ -132,14 +150,20 @@ class BreakoutEnv(gym.Env):
         frame, reward, terminal, truncated, game_over = self._game.step(action)
         lives_lost = terminal and not game_over
         self.history.push(frame)
-        clipped = (float(np.clip(reward, -self.reward_clip, self.reward_clip))
-                   if self.reward_clip else float(reward))
+        clipped = (
+            float(np.clip(reward, -self.reward_clip, self.reward_clip))
+            if self.reward_clip
+            else float(reward)
+        )
         info = self._train_info(lives_lost) | {"raw_reward": reward, "game_over": game_over}
         return self.history.frames.copy(), clipped, terminal, truncated, info
 
     def _train_info(self, lives_lost: bool) -> dict:
-        return {"lives": self._game.lives, "life_lost": lives_lost,
-                "episode_frames": self._game.episode_frames}
+        return {
+            "lives": self._game.lives,
+            "life_lost": lives_lost,
+            "episode_frames": self._game.episode_frames,
+        }
 
     # -- eval mode ---------------------------------------------------------------------------
     def _reset_eval(self, seed: int | None, options: dict):
@@ -153,21 +177,30 @@ class BreakoutEnv(gym.Env):
         else:
             index = self._next
         if not isinstance(index, int | np.integer) or not 0 <= index < self.episodes:
-            raise InputError(f"episode {index!r}: expected 0 to {self.episodes - 1} (the "
-                             f"{self.episodes} start sequences of {self.start_sequences})")
+            raise InputError(
+                f"episode {index!r}: expected 0 to {self.episodes - 1} (the "
+                f"{self.episodes} start sequences of {self.start_sequences})"
+            )
         index = int(index)
         self._next = (index + self.episode_stride) % self.episodes
-        spec = (EpisodeSpec(index, sticky_seed=self.sticky_seed_start + index)
-                if self.protocol.sticky_p > 0 else EpisodeSpec(index, start_sequence=index))
-        self._episode = Episode(self._emulator, self.history, self.protocol, spec,
-                                self.sequences)
+        spec = (
+            EpisodeSpec(index, sticky_seed=self.sticky_seed_start + index)
+            if self.protocol.sticky_p > 0
+            else EpisodeSpec(index, start_sequence=index)
+        )
+        self._episode = Episode(self._emulator, self.history, self.protocol, spec, self.sequences)
         return self.history.frames.copy(), _eval_info(self._episode)
 
 
 def _eval_info(episode: Episode) -> dict:
     spec = episode.spec
-    return {"episode_index": spec.episode, "start_sequence": spec.start_sequence,
-            "sticky_seed": spec.sticky_seed, "frames": episode.frames, "score": episode.score}
+    return {
+        "episode_index": spec.episode,
+        "start_sequence": spec.start_sequence,
+        "sticky_seed": spec.sticky_seed,
+        "frames": episode.frames,
+        "score": episode.score,
+    }
 
 
 gym.register(id=ENV_ID, entry_point="reprodqn.envs.breakout:BreakoutEnv")

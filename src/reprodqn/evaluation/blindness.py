@@ -38,8 +38,9 @@ def write_probe(out_dir: Path, records: list[dict]) -> None:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, PROBE_FIELDS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: repr(v) if isinstance(v, float) else v for k, v in r.items()}
-                     for r in records)
+    writer.writerows(
+        {k: repr(v) if isinstance(v, float) else v for k, v in r.items()} for r in records
+    )
     write_text(out_dir / workspace.PROBE_CSV, buffer.getvalue())
 
 
@@ -49,9 +50,15 @@ def read_probe(out_dir: Path) -> list[dict]:
     if not path.exists():
         return []
     with open(path, newline="") as handle:
-        return [{"step": int(r["step"]), "q_spread": float(r["q_spread"]),
-                 "greedy_actions": int(r["greedy_actions"]), "max_q": float(r["max_q"])}
-                for r in csv.DictReader(handle)]
+        return [
+            {
+                "step": int(r["step"]),
+                "q_spread": float(r["q_spread"]),
+                "greedy_actions": int(r["greedy_actions"]),
+                "max_q": float(r["max_q"]),
+            }
+            for r in csv.DictReader(handle)
+        ]
 
 
 def alarm(records: list[dict]) -> dict | None:
@@ -68,49 +75,77 @@ def alarm(records: list[dict]) -> dict | None:
         ratio = float("inf") if then["q_spread"] > 0 else 0.0
     if ratio >= ALARM_FACTOR:
         return None
-    return {"step0": start["q_spread"], "step": then["step"], "spread": then["q_spread"],
-            "ratio": ratio, "greedy_actions": then["greedy_actions"]}
+    return {
+        "step0": start["q_spread"],
+        "step": then["step"],
+        "spread": then["q_spread"],
+        "ratio": ratio,
+        "greedy_actions": then["greedy_actions"],
+    }
 
 
 def alarm_line(found: dict) -> str:
-    return (f"blind-network alarm: Q's spread across the start states at step "
-            f"{found['step']:,} is {found['spread']:.3g}, {found['ratio']:.2f}x its step-0 "
-            f"value (under {ALARM_FACTOR:g}x); {found['greedy_actions']} distinct greedy "
-            "action(s). The network is not yet looking at the screen.")
+    return (
+        f"blind-network alarm: Q's spread across the start states at step "
+        f"{found['step']:,} is {found['spread']:.3g}, {found['ratio']:.2f}x its step-0 "
+        f"value (under {ALARM_FACTOR:g}x); {found['greedy_actions']} distinct greedy "
+        "action(s). The network is not yet looking at the screen."
+    )
 
 
 def report_lines(study, optimizer: str) -> list[str]:
     """The report's panel: the probe figure and, plainly, every run whose alarm is raised."""
-    lines = ["## Is the network looking at the screen?", "",
-             "At every checkpoint each run's network is probed on the end states of the start "
-             "sequences: Q's spread across them (0 for a network blind to the screen) and "
-             "the number of distinct greedy actions (`probe.csv` beside each `eval.csv`).", "",
-             "![Blind-network probe](figure_probe.png)", ""]
+    lines = [
+        "## Is the network looking at the screen?",
+        "",
+        "At every checkpoint each run's network is probed on the end states of the start "
+        "sequences: Q's spread across them (0 for a network blind to the screen) and "
+        "the number of distinct greedy actions (`probe.csv` beside each `eval.csv`).",
+        "",
+        "![Blind-network probe](figure_probe.png)",
+        "",
+    ]
     probed = [r for runs in study.values() for r in runs if r.probe]
     if not probed:
         return [*lines, "No run has probe records (evaluated before the probe existed).", ""]
     raised = [(r, found) for r in probed if (found := alarm(r.probe))]
     undecided = [r for r in probed if len(r.probe) <= ALARM_CHECKPOINT]
     if raised:
-        lines.append(f"**Blind-network alarm in {len(raised)} of {len(probed)} runs**: at "
-                     f"their {ALARM_CHECKPOINT}rd checkpoint after step 0, Q's spread is "
-                     f"still within {ALARM_FACTOR:g}x of its step-0 value, so their scores are "
-                     "those of networks that do not yet look at the screen.")
-        lines += ["", "| run | step | spread | x step 0 | greedy actions |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| {r.group}/{r.run} | {f['step']:,} | {f['spread']:.3g} | "
-                  f"{f['ratio']:.2f} | {f['greedy_actions']} |" for r, f in raised]
+        lines.append(
+            f"**Blind-network alarm in {len(raised)} of {len(probed)} runs**: at "
+            f"their {ALARM_CHECKPOINT}rd checkpoint after step 0, Q's spread is "
+            f"still within {ALARM_FACTOR:g}x of its step-0 value, so their scores are "
+            "those of networks that do not yet look at the screen."
+        )
+        lines += [
+            "",
+            "| run | step | spread | x step 0 | greedy actions |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r.group}/{r.run} | {f['step']:,} | {f['spread']:.3g} | "
+            f"{f['ratio']:.2f} | {f['greedy_actions']} |"
+            for r, f in raised
+        ]
         if optimizer == "rmsprop":
-            lines += ["", "Expected early with the authors' optimizer: torch's RMSprop adds "
-                      "eps = 0.01 after the square root, and with a mean loss the per-weight "
-                      "gradients (1e-5 to 1e-4) leave every update plain SGD with step "
-                      "0.025 g, 3.2x smaller than DeepMind's centred RMSProp; the torso "
-                      "barely moves for the first few hundred thousand steps (docs/"
-                      "dqn-family.md, \"Does it learn?\")."]
+            lines += [
+                "",
+                "Expected early with the authors' optimizer: torch's RMSprop adds "
+                "eps = 0.01 after the square root, and with a mean loss the per-weight "
+                "gradients (1e-5 to 1e-4) leave every update plain SGD with step "
+                "0.025 g, 3.2x smaller than DeepMind's centred RMSProp; the torso "
+                "barely moves for the first few hundred thousand steps (docs/"
+                'dqn-family.md, "Does it learn?").',
+            ]
     else:
-        lines.append(f"No alarm: every run with {ALARM_CHECKPOINT} checkpoints after step 0 "
-                     f"has Q's spread at least {ALARM_FACTOR:g}x its step-0 value.")
+        lines.append(
+            f"No alarm: every run with {ALARM_CHECKPOINT} checkpoints after step 0 "
+            f"has Q's spread at least {ALARM_FACTOR:g}x its step-0 value."
+        )
     if undecided:
-        lines += ["", f"{len(undecided)} run(s) have fewer than {ALARM_CHECKPOINT} checkpoints "
-                  "after step 0: not judged yet."]
+        lines += [
+            "",
+            f"{len(undecided)} run(s) have fewer than {ALARM_CHECKPOINT} checkpoints "
+            "after step 0: not judged yet.",
+        ]
     return [*lines, ""]

@@ -32,30 +32,36 @@ from reprodqn.training.checkpoints import save_weights
 SB3_MEMBER = "policy.pth"
 # SB3 DQN CnnPolicy's online network -> reprodqn's Nature network (layers: conv, relu, conv,
 # relu, conv, relu, flatten, linear, relu, linear)
-SB3_LAYERS = {"q_net.features_extractor.cnn.0": "layers.0",
-              "q_net.features_extractor.cnn.2": "layers.2",
-              "q_net.features_extractor.cnn.4": "layers.4",
-              "q_net.features_extractor.linear.0": "layers.7",
-              "q_net.q_net.0": "layers.9"}
+SB3_LAYERS = {
+    "q_net.features_extractor.cnn.0": "layers.0",
+    "q_net.features_extractor.cnn.2": "layers.2",
+    "q_net.features_extractor.cnn.4": "layers.4",
+    "q_net.features_extractor.linear.0": "layers.7",
+    "q_net.q_net.0": "layers.9",
+}
 
 
-def sb3_network(path: Path, n_actions: int, history_length: int,
-                screen_size: int) -> QNetwork:
+def sb3_network(path: Path, n_actions: int, history_length: int, screen_size: int) -> QNetwork:
     """The online Q-network of an SB3 DQN zip, in reprodqn's Nature network; one line for a
     file that is not one, or whose network does not fit these observations and actions."""
     try:
         with zipfile.ZipFile(path) as archive:
             data = archive.read(SB3_MEMBER)
     except (OSError, zipfile.BadZipFile, KeyError) as error:
-        reason = "not found" if isinstance(error, FileNotFoundError) else (
-            f"no {SB3_MEMBER} in it" if isinstance(error, KeyError) else "not a zip file")
-        raise InputError(f"{path}: {reason}; expected a Stable-Baselines3 DQN model "
-                         "saved with model.save()") from None
+        reason = (
+            "not found"
+            if isinstance(error, FileNotFoundError)
+            else (f"no {SB3_MEMBER} in it" if isinstance(error, KeyError) else "not a zip file")
+        )
+        raise InputError(
+            f"{path}: {reason}; expected a Stable-Baselines3 DQN model saved with model.save()"
+        ) from None
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # any unreadable payload is bad input, named in one line
-        raise InputError(f"{path}: {SB3_MEMBER} is not a weights file ({error})"
-                         .splitlines()[0]) from None
+        raise InputError(
+            f"{path}: {SB3_MEMBER} is not a weights file ({error})".splitlines()[0]
+        ) from None
     net = QNetwork("nature", n_actions, history_length, screen_size)
     expected = net.state_dict()
     mapped = {}
@@ -64,13 +70,16 @@ def sb3_network(path: Path, n_actions: int, history_length: int,
             name, target = f"{theirs}.{kind}", f"{ours}.{kind}"
             tensor = state.get(name) if isinstance(state, dict) else None
             if tensor is None:
-                raise InputError(f"{path}: no {name}; expected a DQN with CnnPolicy "
-                                 "(NatureCNN), the Nature network")
+                raise InputError(
+                    f"{path}: no {name}; expected a DQN with CnnPolicy "
+                    "(NatureCNN), the Nature network"
+                )
             if tensor.shape != expected[target].shape:
                 raise InputError(
                     f"{path}: {name} has shape {tuple(tensor.shape)}, expected "
                     f"{tuple(expected[target].shape)} (observations uint8 "
-                    f"({history_length}, {screen_size}, {screen_size}), {n_actions} actions)")
+                    f"({history_length}, {screen_size}, {screen_size}), {n_actions} actions)"
+                )
             mapped[target] = tensor.to(torch.float32)
     net.load_state_dict(mapped)
     return net.eval()
@@ -84,24 +93,27 @@ def check_scripted(path: Path, n_actions: int, history_length: int, screen_size:
     try:
         module = torch.jit.load(str(path), map_location="cpu").eval()
     except Exception as error:  # torch's many load errors: each is bad input, in one line
-        raise InputError(f"{path}: not a TorchScript module ({error})".splitlines()[0]) \
-            from None
+        raise InputError(f"{path}: not a TorchScript module ({error})".splitlines()[0]) from None
     shape = (2, history_length, screen_size, screen_size)
     try:
         with torch.inference_mode():
             out = module(torch.zeros(shape, dtype=torch.uint8))
     except Exception as error:  # its own code failed on our observations
-        raise InputError(f"{path}: fails on uint8 {shape} observations ({error})"
-                         .splitlines()[0]) from None
+        raise InputError(
+            f"{path}: fails on uint8 {shape} observations ({error})".splitlines()[0]
+        ) from None
     actions = out.dim() == 1 and not out.is_floating_point()
     if not (actions or tuple(out.shape) == (2, n_actions)):
-        raise InputError(f"{path}: returns shape {tuple(out.shape)} for uint8 {shape} "
-                         f"observations; expected (2, {n_actions}) Q-values or (2,) integer "
-                         "actions")
+        raise InputError(
+            f"{path}: returns shape {tuple(out.shape)} for uint8 {shape} "
+            f"observations; expected (2, {n_actions}) Q-values or (2,) integer "
+            "actions"
+        )
 
 
-def evaluate_policy_file(params, policy: Path, out_dir: Path, start_sequences: Path | None,
-                         workers: int) -> dict:
+def evaluate_policy_file(
+    params, policy: Path, out_dir: Path, start_sequences: Path | None, workers: int
+) -> dict:
     """Evaluate a policy file on the protocol's episodes into out_dir (eval.csv, eval.json,
     and an SB3 model's network as a reprodqn checkpoint, step 0); returns its hash and mean
     score."""
@@ -112,21 +124,42 @@ def evaluate_policy_file(params, policy: Path, out_dir: Path, start_sequences: P
     else:
         net = sb3_network(policy, 4, env.history_length, env.screen_size)
     protocol, specs, sequences, sequences_sha, used = protocol_episodes(
-        params, params.evaluation, start_sequences)
+        params, params.evaluation, start_sequences
+    )
     policy_sha256 = sha256_file(policy)
     if scripted:  # evaluated from its own file, checked against this hash in every worker
         digest, policies = policy_sha256, {0: policy.resolve()}
     else:
-        digest, policies = save_weights(workspace.checkpoint_path(out_dir, 0), net.state_dict(), {
-            "step": 0, "network": "nature", "n_actions": 4,
-            "history_length": env.history_length, "screen_size": env.screen_size,
-            "source": f"{policy.name} (sha256 {policy_sha256})"}), None
+        digest, policies = (
+            save_weights(
+                workspace.checkpoint_path(out_dir, 0),
+                net.state_dict(),
+                {
+                    "step": 0,
+                    "network": "nature",
+                    "n_actions": 4,
+                    "history_length": env.history_length,
+                    "screen_size": env.screen_size,
+                    "source": f"{policy.name} (sha256 {policy_sha256})",
+                },
+            ),
+            None,
+        )
     hashes = [{"step": 0, "weights_sha256": digest}]
     with Evaluator(protocol, sequences, workers) as evaluator:
-        (done,) = evaluate_run(out_dir, out_dir, hashes, evaluator, specs,
-                               evaluation_digest(protocol, specs, sequences_sha, hashes),
-                               used, policies)
-    print(f"evaluate-policy: {policy} (sha256 {policy_sha256}) on {len(specs)} episodes: "
-          f"mean score {done.mean_score:.2f} -> {out_dir / workspace.EVAL_CSV}",
-          file=sys.stderr)
+        (done,) = evaluate_run(
+            out_dir,
+            out_dir,
+            hashes,
+            evaluator,
+            specs,
+            evaluation_digest(protocol, specs, sequences_sha, hashes),
+            used,
+            policies,
+        )
+    print(
+        f"evaluate-policy: {policy} (sha256 {policy_sha256}) on {len(specs)} episodes: "
+        f"mean score {done.mean_score:.2f} -> {out_dir / workspace.EVAL_CSV}",
+        file=sys.stderr,
+    )
     return {"policy_sha256": policy_sha256, "mean_score": done.mean_score}

@@ -22,26 +22,39 @@ from reprodqn.evaluation.stage import EvaluatedRun
 def probe(net: torch.nn.Module, histories: np.ndarray, chunk: int) -> dict:
     """Q's spread across the states, the distinct greedy actions and the mean max-Q."""
     q = q_values(net, histories, chunk).astype(np.float64)
-    return {"q_spread": float(q.std(axis=0).mean()),
-            "greedy_actions": int(len(np.unique(q.argmax(axis=1)))),
-            "max_q": float(q.max(axis=1).mean())}
+    return {
+        "q_spread": float(q.std(axis=0).mean()),
+        "greedy_actions": int(len(np.unique(q.argmax(axis=1)))),
+        "max_q": float(q.max(axis=1).mean()),
+    }
 
 
-def probe_run(run_dir: Path, hashes: list[dict], histories: np.ndarray, chunk: int,
-              device: torch.device) -> list[dict]:
+def probe_run(
+    run_dir: Path, hashes: list[dict], histories: np.ndarray, chunk: int, device: torch.device
+) -> list[dict]:
     """probe() at every checkpoint of a run, each loaded against its recorded hash."""
-    return [{"step": line["step"],
-             **probe(load_network(workspace.checkpoint_path(run_dir, line["step"]),
-                                  line["weights_sha256"], device), histories, chunk)}
-            for line in hashes]
+    return [
+        {
+            "step": line["step"],
+            **probe(
+                load_network(
+                    workspace.checkpoint_path(run_dir, line["step"]), line["weights_sha256"], device
+                ),
+                histories,
+                chunk,
+            ),
+        }
+        for line in hashes
+    ]
 
 
 def probe_stage(params, done: EvaluatedRun, start_sequences: Path | None) -> dict | None:
     """Probe every checkpoint of an evaluated run on the end states of the evaluation's
     start sequences (sticky groups too), write probe.csv beside eval.csv, and return the
     alarm, if raised. Cheap (one chunked forward per checkpoint), so always redone."""
-    device, _ = numerics.configure(done.config.compute.device, EVAL_THREADS,
-                                      done.config.compute.deterministic_gpu)
+    device, _ = numerics.configure(
+        done.config.compute.device, EVAL_THREADS, done.config.compute.deterministic_gpu
+    )
     path = Path(start_sequences or params.evaluation.start_sequences)
     sequences = start_states.load(path)["sequences"]
     histories = end_state_histories(sequences, dataclasses.replace(done.protocol, sticky_p=0.0))

@@ -59,9 +59,17 @@ class Protocol:
     def for_run(cls, config, evaluation_config) -> Protocol:
         """From a run's (or the base params') env and seeds, and the evaluation params."""
         env = config.env
-        return cls(env.game, env.frame_skip, env.history_length, env.screen_size,
-                   evaluation_config.max_frames, env.sticky_p,
-                   evaluation_config.inference_chunk, env.resize, config.seeds.generator)
+        return cls(
+            env.game,
+            env.frame_skip,
+            env.history_length,
+            env.screen_size,
+            evaluation_config.max_frames,
+            env.sticky_p,
+            evaluation_config.inference_chunk,
+            env.resize,
+            config.seeds.generator,
+        )
 
 
 @dataclass(frozen=True)
@@ -111,8 +119,14 @@ class Episode:
     uncounted); the episode ends at game over, and is cut at the frame cap. What `play`
     runs for each episode of a batch, and what the Gymnasium environment's eval mode runs."""
 
-    def __init__(self, emulator: Emulator, history: FrameHistory, protocol: Protocol,
-                 spec: EpisodeSpec, sequences: Sequence[Sequence[int]] | None):
+    def __init__(
+        self,
+        emulator: Emulator,
+        history: FrameHistory,
+        protocol: Protocol,
+        spec: EpisodeSpec,
+        sequences: Sequence[Sequence[int]] | None,
+    ):
         p = self.protocol = protocol
         self.emulator, self.history, self.spec = emulator, history, spec
         if spec.sticky_seed is not None:  # this episode's own sticky stream
@@ -123,8 +137,7 @@ class Episode:
         if spec.start_sequence is not None:
             if sequences is None:
                 raise ValueError("an episode from a start sequence needs the sequences")
-            replay_start_sequence(emulator, history, sequences[spec.start_sequence],
-                                  p.frame_skip)
+            replay_start_sequence(emulator, history, sequences[spec.start_sequence], p.frame_skip)
         else:
             start_without_sequence(emulator, history)
         self.lives = emulator.lives()
@@ -147,21 +160,31 @@ class Episode:
 
     def result(self) -> EpisodeResult:
         s = self.spec
-        return EpisodeResult(s.episode, s.start_sequence, s.sticky_seed, self.score,
-                             self.frames)
+        return EpisodeResult(s.episode, s.start_sequence, s.sticky_seed, self.score, self.frames)
 
 
-def play(net: QNetwork, specs: Sequence[EpisodeSpec], protocol: Protocol,
-         sequences: Sequence[Sequence[int]] | None,
-         emulators: Emulators | None = None) -> list[EpisodeResult]:
+def play(
+    net: QNetwork,
+    specs: Sequence[EpisodeSpec],
+    protocol: Protocol,
+    sequences: Sequence[Sequence[int]] | None,
+    emulators: Emulators | None = None,
+) -> list[EpisodeResult]:
     """Play the episodes together in this process; one result per spec, in order."""
     p = protocol
-    histories = np.zeros((len(specs), p.history_length, p.screen_size, p.screen_size),
-                         np.uint8)
-    episodes = [Episode(emulator, FrameHistory(p.history_length, p.screen_size, histories[k]),
-                        p, spec, sequences)
-                for k, (emulator, spec) in enumerate(zip(
-                    (emulators or Emulators(protocol)).take(len(specs)), specs, strict=True))]
+    histories = np.zeros((len(specs), p.history_length, p.screen_size, p.screen_size), np.uint8)
+    episodes = [
+        Episode(
+            emulator,
+            FrameHistory(p.history_length, p.screen_size, histories[k]),
+            p,
+            spec,
+            sequences,
+        )
+        for k, (emulator, spec) in enumerate(
+            zip((emulators or Emulators(protocol)).take(len(specs)), specs, strict=True)
+        )
+    ]
     # Round robin over live episodes, a whole number of chunks per round (the rest wait for
     # the next one): no chunk is padded until fewer than one chunk's worth are left. The
     # order cannot change results: episodes are independent and every chunk the same size.
@@ -196,18 +219,25 @@ class ScriptedPolicy(torch.nn.Module):
         return out.to(torch.float32)
 
 
-def load_network(path: Path, expected_sha256: str | None,
-                 device: torch.device) -> QNetwork | ScriptedPolicy:
+def load_network(
+    path: Path, expected_sha256: str | None, device: torch.device
+) -> QNetwork | ScriptedPolicy:
     """A Q-network from a checkpoint (or a TorchScript policy), after checking its hash."""
     if Path(path).suffix in TORCHSCRIPT_SUFFIXES:
         if expected_sha256 is not None and sha256_file(path) != expected_sha256:
-            raise InputError(f"{path}: file hash does not match the expected "
-                             f"{expected_sha256[:12]}")
+            raise InputError(
+                f"{path}: file hash does not match the expected {expected_sha256[:12]}"
+            )
         module = torch.jit.load(str(path), map_location=device)
         return ScriptedPolicy(module.eval(), 4).to(device).eval()
     tensors, meta = load_weights(path, expected_sha256)
-    net = QNetwork(meta["network"], int(meta["n_actions"]), int(meta["history_length"]),
-                   int(meta["screen_size"]), dueling=meta.get("dueling") == "True")
+    net = QNetwork(
+        meta["network"],
+        int(meta["n_actions"]),
+        int(meta["history_length"]),
+        int(meta["screen_size"]),
+        dueling=meta.get("dueling") == "True",
+    )
     net.load_state_dict(tensors)
     return net.to(device).eval()
 
@@ -219,14 +249,14 @@ def load_network(path: Path, expected_sha256: str | None,
 _WORKER: dict = {}
 
 
-def _init_worker(device: str, deterministic_gpu: bool, protocol: Protocol,
-                 parent_line=None) -> None:
+def _init_worker(
+    device: str, deterministic_gpu: bool, protocol: Protocol, parent_line=None
+) -> None:
     if parent_line is not None:  # kept referenced: collecting it would close the descriptor
         _WORKER["lifeline"] = parent_line
         lifeline.watch(parent_line, lifeline.exit_now)
     torch_device, applied = numerics.configure(device, EVAL_THREADS, deterministic_gpu)
-    _WORKER.update(device=torch_device, applied=applied, nets={},
-                   emulators=Emulators(protocol))
+    _WORKER.update(device=torch_device, applied=applied, nets={}, emulators=Emulators(protocol))
 
 
 def _play_share(path: str, sha256: str, specs, protocol, sequences):
@@ -248,17 +278,25 @@ class Evaluator:
     The workers hold a lifeline to this process: they exit the moment it dies (SIGKILL
     included) or leaves its `with` block by an exception, instead of playing on unowned."""
 
-    def __init__(self, protocol: Protocol, sequences, workers: int, device: str = "cpu",
-                 deterministic_gpu: bool = True):
+    def __init__(
+        self,
+        protocol: Protocol,
+        sequences,
+        workers: int,
+        device: str = "cpu",
+        deterministic_gpu: bool = True,
+    ):
         self.protocol, self.sequences, self.workers = protocol, sequences, workers
         self._pool: ProcessPoolExecutor | None = None
         self._lifeline: lifeline.Lifeline | None = None
         if workers > 1:
             self._lifeline = lifeline.Lifeline()
             self._pool = ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context("spawn"),
+                workers,
+                mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker,
-                initargs=(device, deterministic_gpu, protocol, self._lifeline.reader))
+                initargs=(device, deterministic_gpu, protocol, self._lifeline.reader),
+            )
         else:
             _init_worker(device, deterministic_gpu, protocol)
         self.device = str(numerics.resolve_device(device))
@@ -274,8 +312,9 @@ class Evaluator:
         self._pool.shutdown(cancel_futures=True)
         self._lifeline.close()
 
-    def evaluate_many(self, checkpoints: Sequence[tuple[Path, str]],
-                      specs: Sequence[EpisodeSpec]) -> Iterator[list[EpisodeResult]]:
+    def evaluate_many(
+        self, checkpoints: Sequence[tuple[Path, str]], specs: Sequence[EpisodeSpec]
+    ) -> Iterator[list[EpisodeResult]]:
         """Results per checkpoint, in the order given, as each becomes available."""
         if self._pool is None:
             for path, sha256 in checkpoints:
@@ -285,9 +324,15 @@ class Evaluator:
         pending = []
         for path, sha256 in checkpoints:
             shares = [list(specs[w::parts]) for w in range(parts)]
-            pending.append([self._pool.submit(_play_share, str(path), sha256, share,
-                                              self.protocol, self.sequences)
-                            for share in shares if share])
+            pending.append(
+                [
+                    self._pool.submit(
+                        _play_share, str(path), sha256, share, self.protocol, self.sequences
+                    )
+                    for share in shares
+                    if share
+                ]
+            )
         for futures in pending:
             results = [r for future in futures for r in future.result()]
             yield sorted(results, key=lambda r: r.episode)
@@ -296,8 +341,7 @@ class Evaluator:
 def end_state_histories(sequences, protocol: Protocol) -> np.ndarray:
     """The frame history at the end of each start sequence (what the ranker scores)."""
     p = protocol
-    histories = np.zeros((len(sequences), p.history_length, p.screen_size, p.screen_size),
-                         np.uint8)
+    histories = np.zeros((len(sequences), p.history_length, p.screen_size, p.screen_size), np.uint8)
     emulator = Emulator(p.game, 0.0, None, p.screen_size, p.resize)
     for k, sequence in enumerate(sequences):
         view = FrameHistory(p.history_length, p.screen_size, histories[k])

@@ -33,8 +33,11 @@ def prepare_ranker(params, out: Path) -> dict:
         report_training(train(config, run, restart=True), "ranker")
         source = workspace.checkpoint_path(run, config.train.steps)
         _, meta = load_weights(source)
-        origin = {"source": "trained", "steps": config.train.steps,
-                  "config_digest": config.digest()}
+        origin = {
+            "source": "trained",
+            "steps": config.train.steps,
+            "config_digest": config.digest(),
+        }
     with atomic_open(out / "ranker.safetensors", "wb") as handle, open(source, "rb") as src:
         shutil.copyfileobj(src, handle)
     record = {**origin, "weights_sha256": meta["weights_sha256"], "network": meta["network"]}
@@ -47,5 +50,6 @@ def max_q_of_end_states(ranker: Path, sequences, params) -> tuple[np.ndarray, st
     net = load_network(ranker, None, torch.device("cpu"))  # checks its embedded hash
     protocol = Protocol.for_run(params, params.evaluation)
     histories = end_state_histories(sequences, protocol)
-    return q_values(net, histories, protocol.chunk).max(axis=1), \
-        read_metadata(ranker)["weights_sha256"]
+    return q_values(net, histories, protocol.chunk).max(axis=1), read_metadata(ranker)[
+        "weights_sha256"
+    ]

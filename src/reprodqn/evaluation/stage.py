@@ -39,26 +39,23 @@ class CheckpointEvaluated:
     resumed: bool = False
 
 
-def evaluation_digest(protocol: Protocol, specs, sequences_sha256: str | None,
-                      hashes: list[dict]) -> str:
+def evaluation_digest(
+    protocol: Protocol, specs, sequences_sha256: str | None, hashes: list[dict]
+) -> str:
 
-    body = {"protocol": asdict(protocol), "specs": [asdict(s) for s in specs],
-            "start_sequences": sequences_sha256,
-            "checkpoints": [[h["step"], h["weights_sha256"]] for h in hashes],
-            "inference_threads": EVAL_THREADS}
+    body = {
+        "protocol": asdict(protocol),
+        "specs": [asdict(s) for s in specs],
+        "start_sequences": sequences_sha256,
+        "checkpoints": [[h["step"], h["weights_sha256"]] for h in hashes],
+        "inference_threads": EVAL_THREADS,
+    }
     return json_digest(body)
 
 
-def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Evaluator, specs,
-                 digest: str, start_states: dict | None = None,
-                 policies: dict[int, Path] | None = None) -> Iterator[CheckpointEvaluated]:
-    """Evaluate every checkpoint of `run_dir` (or the policy file `policies` names for a
-    step) into `out_dir`/eval.csv (a directory of its own: DVC lets no stage write inside
-    another's outputs); progress survives interruption per checkpoint."""
-    from reprodqn.core.atomic import append_line, write_json, write_text
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    progress_path = out_dir / workspace.EVAL_PROGRESS
+def _checkpoints_done(progress_path: Path, digest: str) -> dict[int, list[dict]]:
+    """The checkpoints an interrupted evaluation with this digest finished, by step; the
+    progress file is rewritten to hold only them."""
     done: dict[int, list[dict]] = {}
     if progress_path.exists():
         for line in progress_path.read_text().splitlines():
@@ -68,13 +65,50 @@ def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Ev
                 break  # a line cut by a kill: everything before it stands
             if entry.get("digest") == digest:
                 done[entry["step"]] = entry["results"]
-        progress_path.write_text("".join(
-            json.dumps({"digest": digest, "step": s, "results": r}) + "\n"
-            for s, r in done.items()))
+        progress_path.write_text(
+            "".join(
+                json.dumps({"digest": digest, "step": s, "results": r}) + "\n"
+                for s, r in done.items()
+            )
+        )
+    return done
 
+
+def _csv_text(rows: list[dict]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, workspace.EVAL_CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def evaluate_run(
+    run_dir: Path,
+    out_dir: Path,
+    hashes: list[dict],
+    evaluator: Evaluator,
+    specs,
+    digest: str,
+    start_states: dict | None = None,
+    policies: dict[int, Path] | None = None,
+) -> Iterator[CheckpointEvaluated]:
+    """Evaluate every checkpoint of `run_dir` (or the policy file `policies` names for a
+    step) into `out_dir`/eval.csv (a directory of its own: DVC lets no stage write inside
+    another's outputs); progress survives interruption per checkpoint."""
+    from reprodqn.core.atomic import append_line, write_json, write_text
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    progress_path = out_dir / workspace.EVAL_PROGRESS
+    done = _checkpoints_done(progress_path, digest)
     policies = policies or {}
-    todo = [(policies.get(h["step"]) or workspace.checkpoint_path(run_dir, h["step"]),
-             h["weights_sha256"]) for h in hashes if h["step"] not in done]
+    todo = [
+        (
+            policies.get(h["step"]) or workspace.checkpoint_path(run_dir, h["step"]),
+            h["weights_sha256"],
+        )
+        for h in hashes
+        if h["step"] not in done
+    ]
     fresh = evaluator.evaluate_many(todo, specs)
     rows = []
     for index, record in enumerate(hashes):
@@ -84,25 +118,40 @@ def evaluate_run(run_dir: Path, out_dir: Path, hashes: list[dict], evaluator: Ev
             results = [EpisodeResult(**r) for r in done[step]]
         else:
             results = next(fresh)
-            append_line(progress_path, json.dumps(
-                {"digest": digest, "step": step, "results": [asdict(r) for r in results]}))
+            append_line(
+                progress_path,
+                json.dumps(
+                    {"digest": digest, "step": step, "results": [asdict(r) for r in results]}
+                ),
+            )
         rows += [{"step": step, **asdict(r)} for r in results]
-        yield CheckpointEvaluated(index + 1, len(hashes), step,
-                                  float(np.mean([r.score for r in results])),
-                                  sum(r.frames for r in results) // evaluator.protocol.frame_skip,
-                                  resumed)
+        yield CheckpointEvaluated(
+            index + 1,
+            len(hashes),
+            step,
+            float(np.mean([r.score for r in results])),
+            sum(r.frames for r in results) // evaluator.protocol.frame_skip,
+            resumed,
+        )
 
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, workspace.EVAL_CSV_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text(out_dir / workspace.EVAL_CSV, buffer.getvalue())
-    write_json(out_dir / workspace.EVAL_JSON, {
-        "digest": digest, "protocol": asdict(evaluator.protocol), "episodes": len(specs),
-        "inference_threads": EVAL_THREADS, "workers": evaluator.workers,
-        "device": evaluator.device, "start_states": start_states,
-    })
+    write_text(out_dir / workspace.EVAL_CSV, _csv_text(rows))
+    write_json(
+        out_dir / workspace.EVAL_JSON, _evaluation_record(evaluator, specs, digest, start_states)
+    )
     progress_path.unlink(missing_ok=True)
+
+
+def _evaluation_record(evaluator: Evaluator, specs, digest: str, start_states: dict | None) -> dict:
+    """eval.json: how the evaluation was run, beside the scores in eval.csv."""
+    return {
+        "digest": digest,
+        "protocol": asdict(evaluator.protocol),
+        "episodes": len(specs),
+        "inference_threads": EVAL_THREADS,
+        "workers": evaluator.workers,
+        "device": evaluator.device,
+        "start_states": start_states,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,12 +182,24 @@ def protocol_episodes(config, evaluation, start_sequences: Path | None):
 
     path = Path(start_sequences or evaluation.start_sequences)
     doc = start_states.load(path, at_least=evaluation.episodes)
-    return (protocol, specs, doc["sequences"], doc["sequences_sha256"],
-            start_states.summary(doc, path))
+    return (
+        protocol,
+        specs,
+        doc["sequences"],
+        doc["sequences_sha256"],
+        start_states.summary(doc, path),
+    )
 
 
-def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
-                   start_sequences: Path | None, workers: int | None) -> EvaluatedRun:
+def evaluate_stage(
+    params,
+    group: str,
+    run: int,
+    runs: Path,
+    evaluations: Path,
+    start_sequences: Path | None,
+    workers: int | None,
+) -> EvaluatedRun:
     """Evaluate every checkpoint of runs/GROUP/RUN, unless eval.csv already holds this
     evaluation (same protocol, start states and checkpoints)."""
     from reprodqn.config.params import resolve_run
@@ -148,36 +209,49 @@ def evaluate_stage(params, group: str, run: int, runs: Path, evaluations: Path,
     config = resolve_run(params, group, run)
     run_dir = workspace.run_dir(runs, group, run)
     if not (run_dir / workspace.COMPLETE).exists():
-        raise InputError(f"{run_dir}: training is not complete; run `reprodqn train "
-                         f"--group {group} --run {run}` first")
+        raise InputError(
+            f"{run_dir}: training is not complete; run `reprodqn train "
+            f"--group {group} --run {run}` first"
+        )
     hashes = workspace.read_hashes(run_dir)
     protocol, specs, sequences, sequences_sha, used = protocol_episodes(
-        config, params.evaluation, start_sequences)
+        config, params.evaluation, start_sequences
+    )
     digest = evaluation_digest(protocol, specs, sequences_sha, hashes)
     label = f"evaluate {group}/{run}"
     out_dir = workspace.eval_dir(evaluations, group, run)
     record = out_dir / workspace.EVAL_JSON
-    if (out_dir / workspace.EVAL_CSV).exists() and record.exists() and read_json(
-            record, "evaluation record").get("digest") == digest:
+    if (
+        (out_dir / workspace.EVAL_CSV).exists()
+        and record.exists()
+        and read_json(record, "evaluation record").get("digest") == digest
+    ):
         print(f"{label}: already evaluated", file=sys.stderr)
     else:
-        evaluator = Evaluator(protocol, sequences, workers or default_workers(threads=1),
-                              config.compute.device, config.compute.deterministic_gpu)
+        evaluator = Evaluator(
+            protocol,
+            sequences,
+            workers or default_workers(threads=1),
+            config.compute.device,
+            config.compute.deterministic_gpu,
+        )
         with evaluator:
-            _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest,
-                                    used)
+            _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest, used)
     return EvaluatedRun(config, run_dir, out_dir, hashes, digest, protocol)
 
 
-def _evaluate_with_progress(label, run_dir, out_dir, hashes, evaluator, specs, digest,
-                            used) -> None:
+def _evaluate_with_progress(
+    label, run_dir, out_dir, hashes, evaluator, specs, digest, used
+) -> None:
     progress = Progress(label, len(hashes), unit="checkpoints", interval=0)
     agent_steps = 0
     start = time.monotonic()
     for event in evaluate_run(run_dir, out_dir, hashes, evaluator, specs, digest, used):
         agent_steps += event.agent_steps
         rate = agent_steps / max(time.monotonic() - start, 1e-9)
-        note = ("kept from an interrupted evaluation" if event.resumed
-                else f"{rate:.0f} agent steps/s")
-        progress.update(event.index, extra=f"step {event.step}: mean score "
-                        f"{event.mean_score:.2f} ({note})")
+        note = (
+            "kept from an interrupted evaluation" if event.resumed else f"{rate:.0f} agent steps/s"
+        )
+        progress.update(
+            event.index, extra=f"step {event.step}: mean score {event.mean_score:.2f} ({note})"
+        )

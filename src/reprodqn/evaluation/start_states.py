@@ -49,9 +49,11 @@ def load(path: Path, expected_count: int | None = None, at_least: int | None = N
     path = Path(path)
     doc = read_json(path, "start-sequence file")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise InputError(f"{path}: not a start-sequence file (expected format {FORMAT!r}; "
-                         "the authors' initstates.txt goes through `reprodqn start-states "
-                         "import`)")
+        raise InputError(
+            f"{path}: not a start-sequence file (expected format {FORMAT!r}; "
+            "the authors' initstates.txt goes through `reprodqn start-states "
+            "import`)"
+        )
     if doc.get("unit") != UNIT:
         raise InputError(f"{path}: unit is {doc.get('unit')!r}, expected {UNIT!r}")
     if doc.get("ids") != IDS:
@@ -66,36 +68,56 @@ def load(path: Path, expected_count: int | None = None, at_least: int | None = N
     if expected_count is not None and len(sequences) != expected_count:
         raise InputError(f"{path}: holds {len(sequences)} sequences, expected {expected_count}")
     if at_least is not None and len(sequences) < at_least:
-        raise InputError(f"{path}: holds {len(sequences)} sequences, fewer than the "
-                         f"{at_least} evaluation episodes")
+        raise InputError(
+            f"{path}: holds {len(sequences)} sequences, fewer than the "
+            f"{at_least} evaluation episodes"
+        )
     actual = sequences_sha256(sequences)
     if doc.get("sequences_sha256") != actual:
-        raise InputError(f"{path}: sequences_sha256 does not match the sequences (edited or "
-                         "corrupted)")
+        raise InputError(
+            f"{path}: sequences_sha256 does not match the sequences (edited or corrupted)"
+        )
     return doc
 
 
 def summary(doc: dict, path: Path) -> dict:
     """What an evaluation records of the start states it used, and the report prints."""
-    keep = ("stage", "repository", "commit", "path", "source_sha256", "ranker_weights_sha256",
-            "selection_seed")
-    return {"file": str(path), "count": doc["count"], "sequences_sha256": doc["sequences_sha256"],
-            "provenance": {k: v for k, v in doc["provenance"].items() if k in keep}}
+    keep = (
+        "stage",
+        "repository",
+        "commit",
+        "path",
+        "source_sha256",
+        "ranker_weights_sha256",
+        "selection_seed",
+    )
+    return {
+        "file": str(path),
+        "count": doc["count"],
+        "sequences_sha256": doc["sequences_sha256"],
+        "provenance": {k: v for k, v in doc["provenance"].items() if k in keep},
+    }
 
 
 def describe(used: dict) -> str:
     """One line: which start states, from where, with which hashes."""
     p = used["provenance"]
     if p.get("stage") == "import":
-        origin = (f"the authors' states, imported from {p.get('repository', 'a file')} "
-                  f"{p.get('path', '')} at {str(p.get('commit', '?'))[:7]} (file SHA-256 "
-                  f"{p.get('source_sha256', '?')[:12]}…)")
+        origin = (
+            f"the authors' states, imported from {p.get('repository', 'a file')} "
+            f"{p.get('path', '')} at {str(p.get('commit', '?'))[:7]} (file SHA-256 "
+            f"{p.get('source_sha256', '?')[:12]}…)"
+        )
     else:
-        origin = (f"our draw by the paper's method (ranker weights "
-                  f"{str(p.get('ranker_weights_sha256', '?'))[:12]}…, selection seed "
-                  f"{p.get('selection_seed', '?')})")
-    return (f"`{used['file']}`: {used['count']} sequences, {origin}; sequences SHA-256 "
-            f"{used['sequences_sha256'][:12]}…")
+        origin = (
+            f"our draw by the paper's method (ranker weights "
+            f"{str(p.get('ranker_weights_sha256', '?'))[:12]}…, selection seed "
+            f"{p.get('selection_seed', '?')})"
+        )
+    return (
+        f"`{used['file']}`: {used['count']} sequences, {origin}; sequences SHA-256 "
+        f"{used['sequences_sha256'][:12]}…"
+    )
 
 
 def check_sequence(sequence, where: str) -> None:
@@ -103,8 +125,10 @@ def check_sequence(sequence, where: str) -> None:
         raise InputError(f"{where}: expected a non-empty list of action ids")
     for action in sequence:
         if type(action) is not int or action not in BREAKOUT_ACTIONS:
-            raise InputError(f"{where}: action {action!r} is not one of Breakout's minimal "
-                             f"action set {list(BREAKOUT_ACTIONS)}")
+            raise InputError(
+                f"{where}: action {action!r} is not one of Breakout's minimal "
+                f"action set {list(BREAKOUT_ACTIONS)}"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,18 +145,20 @@ def generate_candidates(config) -> dict:
     sequences = []
     for _ in range(config.candidates):
         length = int(rng.integers(config.min_length, config.max_length + 1))
-        sequences.append(prefix + [int(a) for a in actions[rng.integers(0, len(actions),
-                                                                        length)]])
-    return document(sequences, {
-        "stage": "candidates",
-        "generator": GENERATOR,
-        "stream": "candidates",
-        "seed": config.candidates_seed,
-        "noop_prefix": config.noop_prefix,
-        "length_range": [config.min_length, config.max_length],
-        "draws": "per sequence: noop_prefix NOOPs, then length = integers(min, max + 1), "
-                 "then actions = action_set[integers(0, 4, length)]",
-    })
+        sequences.append(prefix + [int(a) for a in actions[rng.integers(0, len(actions), length)]])
+    return document(
+        sequences,
+        {
+            "stage": "candidates",
+            "generator": GENERATOR,
+            "stream": "candidates",
+            "seed": config.candidates_seed,
+            "noop_prefix": config.noop_prefix,
+            "length_range": [config.min_length, config.max_length],
+            "draws": "per sequence: noop_prefix NOOPs, then length = integers(min, max + 1), "
+            "then actions = action_set[integers(0, 4, length)]",
+        },
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,10 +185,12 @@ def parse_authors_file(path: Path, expected_count: int) -> list[list[int]]:
         except SyntaxError:
             raise InputError(f"{where}: not a Python list literal") from None
         if not isinstance(node, ast.List) or not all(
-                isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts):
+            isinstance(e, ast.Constant) and type(e.value) is int for e in node.elts
+        ):
             raise InputError(f"{where}: expected a list of integer literals like [1, 3, 4]")
-        sequence = [e.value for e in node.elts
-                    if isinstance(e, ast.Constant) and isinstance(e.value, int)]
+        sequence = [
+            e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, int)
+        ]
         check_sequence(sequence, where)
         sequences.append(sequence)
     if len(sequences) != expected_count:
@@ -170,20 +198,30 @@ def parse_authors_file(path: Path, expected_count: int) -> list[list[int]]:
     return sequences
 
 
-def import_authors_file(source: Path, out: Path, expected_count: int,
-                        origin: dict[str, str] | None = None, replace: bool = False) -> dict:
+def import_authors_file(
+    source: Path,
+    out: Path,
+    expected_count: int,
+    origin: dict[str, str] | None = None,
+    replace: bool = False,
+) -> dict:
     """Convert the authors' format into a start-sequence file; `origin` says where the text
     came from (repository, commit, path, license), recorded beside its SHA-256. An existing
     `out` with other contents (the shipped authors.json and its provenance, say) is kept
     unless `replace`."""
     sequences = parse_authors_file(source, expected_count)
-    doc = document(sequences, {
-        "stage": "import",
-        "source": Path(source).name,
-        "source_sha256": sha256_file(source),
-        "source_format": "repro_dqn files/initstates.txt (one list literal of ALE ids per line)",
-        **{key: value for key, value in (origin or {}).items() if value is not None},
-    })
+    doc = document(
+        sequences,
+        {
+            "stage": "import",
+            "source": Path(source).name,
+            "source_sha256": sha256_file(source),
+            "source_format": (
+                "repro_dqn files/initstates.txt (one list literal of ALE ids per line)"
+            ),
+            **{key: value for key, value in (origin or {}).items() if value is not None},
+        },
+    )
     out = Path(out)
     if out.exists() and not replace:
         try:
@@ -191,8 +229,10 @@ def import_authors_file(source: Path, out: Path, expected_count: int,
         except (OSError, ValueError):
             same = False
         if not same:
-            raise InputError(f"{out}: exists with other contents (its sequences or "
-                             "provenance); write elsewhere with --out, or --replace it")
+            raise InputError(
+                f"{out}: exists with other contents (its sequences or "
+                "provenance); write elsewhere with --out, or --replace it"
+            )
     write_json(out, doc)
     return doc
 
@@ -209,8 +249,14 @@ def rank(max_q: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def select(candidates: dict, max_q: np.ndarray, config, ranker_sha256: str,
-           candidates_sha256: str, out_dir: Path) -> dict:
+def select(
+    candidates: dict,
+    max_q: np.ndarray,
+    config,
+    ranker_sha256: str,
+    candidates_sha256: str,
+    out_dir: Path,
+) -> dict:
     """Write ranking.csv and selected.json: `selected` drawn from the `top_k` by max-Q."""
     sequences = candidates["sequences"]
     ranks = rank(max_q)
@@ -219,18 +265,20 @@ def select(candidates: dict, max_q: np.ndarray, config, ranker_sha256: str,
     top = np.argsort(ranks, kind="stable")[: config.top_k]  # candidate indices, best first
     rng = stream(config.selection_seed)
     chosen = sorted(int(i) for i in rng.choice(top, size=config.selected, replace=False))
-    doc = document([sequences[i] for i in chosen], {
-        "stage": "select",
-        "candidate_indices": chosen,
-        "candidates_sha256": candidates_sha256,
-        "ranker_weights_sha256": ranker_sha256,
-        "ranking": f"max_a Q(s, a) at the end state; top {config.top_k} of "
-                   f"{len(sequences)}",
-        "selection": f"{config.selected} drawn without replacement from the top "
-                     f"{config.top_k}: {GENERATOR}.choice",
-        "selection_seed": config.selection_seed,
-        "candidates_seed": candidates["provenance"].get("seed"),
-    })
+    doc = document(
+        [sequences[i] for i in chosen],
+        {
+            "stage": "select",
+            "candidate_indices": chosen,
+            "candidates_sha256": candidates_sha256,
+            "ranker_weights_sha256": ranker_sha256,
+            "ranking": f"max_a Q(s, a) at the end state; top {config.top_k} of {len(sequences)}",
+            "selection": f"{config.selected} drawn without replacement from the top "
+            f"{config.top_k}: {GENERATOR}.choice",
+            "selection_seed": config.selection_seed,
+            "candidates_seed": candidates["provenance"].get("seed"),
+        },
+    )
     write_text(Path(out_dir) / "ranking.csv", "\n".join(lines) + "\n")
     write_json(Path(out_dir) / "selected.json", doc)
     return doc

@@ -28,9 +28,11 @@ LIBRARIES = ("torch", "numpy", "ale-py", "opencv-python-headless", "safetensors"
 
 def _global_rng_states() -> dict[str, bytes]:
     """Fingerprints of every global RNG: a draw from one changes its state."""
-    return {"python random": repr(global_random.getstate()).encode(),
-            "numpy.random": repr(np.random.get_state(legacy=False)).encode(),  # noqa: NPY002
-            "torch default generator": torch.random.get_rng_state().numpy().tobytes()}
+    return {
+        "python random": repr(global_random.getstate()).encode(),
+        "numpy.random": repr(np.random.get_state(legacy=False)).encode(),  # noqa: NPY002
+        "torch default generator": torch.random.get_rng_state().numpy().tobytes(),
+    }
 
 
 def _exercise(run, recorder: OpRecorder, chunk: int) -> None:
@@ -56,8 +58,7 @@ def _exercise(run, recorder: OpRecorder, chunk: int) -> None:
 def _op_table(ops: list[list]) -> list[dict]:
     seen: dict[str, dict] = {}
     for _, name, phase, module, _hashes in ops:
-        entry = seen.setdefault(name, {"op": name, "count": 0, "phases": set(),
-                                       "modules": set()})
+        entry = seen.setdefault(name, {"op": name, "count": 0, "phases": set(), "modules": set()})
         entry["count"] += 1
         entry["phases"].add(phase)
         if module:
@@ -65,23 +66,36 @@ def _op_table(ops: list[list]) -> list[dict]:
     table = []
     for entry in seen.values():
         status, words = optable.classify(entry["op"])
-        table.append({**entry, "phases": sorted(entry["phases"]),
-                      "modules": sorted(entry["modules"])[:6], "cuda": status,
-                      "documentation": words})
+        table.append(
+            {
+                **entry,
+                "phases": sorted(entry["phases"]),
+                "modules": sorted(entry["modules"])[:6],
+                "cuda": status,
+                "documentation": words,
+            }
+        )
     return sorted(table, key=lambda e: (e["cuda"] == optable.NOT_LISTED, e["op"]))
 
 
 def _settings(applied: dict) -> dict:
     cudnn = torch.backends.cudnn
     return {
-        "threads": {"torch intra-op": torch.get_num_threads(),
-                    "torch inter-op": torch.get_num_interop_threads(),
-                    **{k: os.environ.get(k) for k in isa.THREAD_ENV}},
-        "instruction_set": {"torch cpu capability": torch.backends.cpu.get_cpu_capability(),
-                            **{k: os.environ.get(k) for k in isa.KNOBS}},
+        "threads": {
+            "torch intra-op": torch.get_num_threads(),
+            "torch inter-op": torch.get_num_interop_threads(),
+            **{k: os.environ.get(k) for k in isa.THREAD_ENV},
+        },
+        "instruction_set": {
+            "torch cpu capability": torch.backends.cpu.get_cpu_capability(),
+            **{k: os.environ.get(k) for k in isa.KNOBS},
+        },
         "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-        "cudnn": {"deterministic": cudnn.deterministic, "benchmark": cudnn.benchmark,
-                  "conv fp32_precision": cudnn.conv.fp32_precision},  # type: ignore[attr-defined]
+        "cudnn": {
+            "deterministic": cudnn.deterministic,
+            "benchmark": cudnn.benchmark,
+            "conv fp32_precision": cudnn.conv.fp32_precision,  # type: ignore[attr-defined]
+        },
         "cuda matmul fp32_precision": torch.backends.cuda.matmul.fp32_precision,
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "applied": applied,
@@ -93,11 +107,12 @@ def designed_sources(compute, device: torch.device) -> list[str]:
     """The sources of nondeterminism this run's settings turn on by design (the gpu group's)."""
     sources = []
     if device.type == "cuda" and not compute.deterministic_gpu:
-        sources.append("compute.deterministic_gpu: false (nondeterministic CUDA kernels "
-                       "allowed)")
+        sources.append("compute.deterministic_gpu: false (nondeterministic CUDA kernels allowed)")
     if device.type == "cpu" and compute.cpu_reduction_order == "random":
-        sources.append("compute.cpu_reduction_order: random (each update sums its "
-                       "minibatch's rows in an order drawn from OS entropy)")
+        sources.append(
+            "compute.cpu_reduction_order: random (each update sums its "
+            "minibatch's rows in an order drawn from OS entropy)"
+        )
     return sources
 
 
@@ -113,8 +128,7 @@ def audit(config, chunk: int, out: Path, scratch: Path) -> dict:
     from reprodqn.training.loop import Run
 
     compute = config.compute
-    device, applied = numerics.configure(compute.device, compute.threads,
-                                            compute.deterministic_gpu)
+    device, applied = numerics.configure(compute.device, compute.threads, compute.deterministic_gpu)
     before = _global_rng_states()
     run = Run(config, scratch, device)
     tracker = NamedModuleTracker({"online": run.agent.online, "target": run.agent.target})
@@ -132,18 +146,29 @@ def audit(config, chunk: int, out: Path, scratch: Path) -> dict:
     ops = _op_table(recorder.ops)
     touched = sorted(name for name in before if before[name] != after[name])
     result = {
-        "torch": torch.__version__, "device": str(device),
+        "torch": torch.__version__,
+        "device": str(device),
         "table": {"torch_version": optable.TORCH_VERSION, "sources": list(optable.SOURCES)},
-        "exercised": {"updates": UPDATES, "network": config.agent.network,
-                      "batch_size": config.agent.batch_size, "evaluation_chunk": chunk},
+        "exercised": {
+            "updates": UPDATES,
+            "network": config.agent.network,
+            "batch_size": config.agent.batch_size,
+            "evaluation_chunk": chunk,
+        },
         "ops": ops,
-        "cuda_summary": {status: sorted(e["op"] for e in ops if e["cuda"] == status)
-                         for status in (optable.DETERMINISTIC_UNDER_FLAG,
-                                        optable.RAISES_UNDER_FLAG, optable.CUBLAS)},
+        "cuda_summary": {
+            status: sorted(e["op"] for e in ops if e["cuda"] == status)
+            for status in (
+                optable.DETERMINISTIC_UNDER_FLAG,
+                optable.RAISES_UNDER_FLAG,
+                optable.CUBLAS,
+            )
+        },
         "global_rng_used": touched,
         "nondeterminism_by_design": designed_sources(compute, device),
-        "determinism_warnings": sorted({str(w.message).splitlines()[0] for w in caught
-                                        if "determinis" in str(w.message)}),
+        "determinism_warnings": sorted(
+            {str(w.message).splitlines()[0] for w in caught if "determinis" in str(w.message)}
+        ),
         "settings": _settings(applied),
     }
     result["conditions_fingerprint"] = provenance.collect(compute)["fingerprint"]
@@ -155,14 +180,19 @@ def audit(config, chunk: int, out: Path, scratch: Path) -> dict:
 def summary(result: dict) -> str:
     """One paragraph: what ran and what it needs on CUDA."""
     cuda = result["cuda_summary"]
-    made, raises, cublas = (cuda[optable.DETERMINISTIC_UNDER_FLAG],
-                            cuda[optable.RAISES_UNDER_FLAG], cuda[optable.CUBLAS])
+    made, raises, cublas = (
+        cuda[optable.DETERMINISTIC_UNDER_FLAG],
+        cuda[optable.RAISES_UNDER_FLAG],
+        cuda[optable.CUBLAS],
+    )
     rng = ", ".join(result["global_rng_used"]) or "none"
-    return (f"audit: {len(result['ops'])} aten overloads ran ({result['exercised']['updates']}"
-            f" updates, acting, target copy, an evaluation chunk); on CUDA {len(made)} need "
-            f"use_deterministic_algorithms ({', '.join(made) or '-'}), {len(cublas)} need "
-            f"CUBLAS_WORKSPACE_CONFIG ({', '.join(cublas) or '-'}), {len(raises)} would raise"
-            f"{' (' + ', '.join(raises) + ')' if raises else ''}; global RNGs drawn from: "
-            f"{rng}; determinism warnings: {len(result['determinism_warnings'])}; "
-            "nondeterminism by design: "
-            f"{'; '.join(result.get('nondeterminism_by_design', [])) or 'none'}")
+    return (
+        f"audit: {len(result['ops'])} aten overloads ran ({result['exercised']['updates']}"
+        f" updates, acting, target copy, an evaluation chunk); on CUDA {len(made)} need "
+        f"use_deterministic_algorithms ({', '.join(made) or '-'}), {len(cublas)} need "
+        f"CUBLAS_WORKSPACE_CONFIG ({', '.join(cublas) or '-'}), {len(raises)} would raise"
+        f"{' (' + ', '.join(raises) + ')' if raises else ''}; global RNGs drawn from: "
+        f"{rng}; determinism warnings: {len(result['determinism_warnings'])}; "
+        "nondeterminism by design: "
+        f"{'; '.join(result.get('nondeterminism_by_design', [])) or 'none'}"
+    )

@@ -29,22 +29,39 @@ def scale(steps: int) -> list[str]:
     """The study's network and batch on a short schedule: learning from a sixth of the run,
     three checkpoints, the target copied three times."""
     start = max(steps // 6, 300)
-    return [f"train.steps={steps}", f"train.checkpoint_every={steps // 3}",
-            f"train.resume_every={steps}", f"train.log_every={max(steps // 12, 1)}",
-            f"replay.learning_starts={start}", f"replay.capacity={steps + 100}",
-            f"agent.target_sync_every={max(steps // 6, 1)}",
-            f"agent.epsilon_decay_steps={max(steps // 3, 1)}"]
+    return [
+        f"train.steps={steps}",
+        f"train.checkpoint_every={steps // 3}",
+        f"train.resume_every={steps}",
+        f"train.log_every={max(steps // 12, 1)}",
+        f"replay.learning_starts={start}",
+        f"replay.capacity={steps + 100}",
+        f"agent.target_sync_every={max(steps // 6, 1)}",
+        f"agent.epsilon_decay_steps={max(steps // 3, 1)}",
+    ]
 
 
-def launch(runs: list[tuple[str, int]], params: Path, overrides: list[str], runs_dir: Path,
-           log: Path) -> float:
+def launch(
+    runs: list[tuple[str, int]], params: Path, overrides: list[str], runs_dir: Path, log: Path
+) -> float:
     """Train these runs at once, each in its own process; seconds until the last ends."""
-    argv = [sys.executable, "-m", "reprodqn.cli", "train", "--params", str(params),
-            "--runs-dir", str(runs_dir), *(a for item in overrides for a in ("--set", item))]
+    argv = [
+        sys.executable,
+        "-m",
+        "reprodqn.cli",
+        "train",
+        "--params",
+        str(params),
+        "--runs-dir",
+        str(runs_dir),
+        *(a for item in overrides for a in ("--set", item)),
+    ]
     start = time.perf_counter()
     with open(log, "a") as out:
-        procs = [subprocess.Popen([*argv, "--group", group, "--run", str(run)], stdout=out,
-                                  stderr=out) for group, run in runs]
+        procs = [
+            subprocess.Popen([*argv, "--group", group, "--run", str(run)], stdout=out, stderr=out)
+            for group, run in runs
+        ]
         codes = [p.wait() for p in procs]
     if any(codes):
         raise InputError(f"gpu-check: a training run failed (exit {codes}); see {log}")
@@ -59,8 +76,9 @@ def first_parting(a: list[dict], b: list[dict]) -> dict:
     return {name: first_divergence(first, second, key) for name, key in CHAINS.items()}
 
 
-def check(params: Path, overrides: list[str], device: str, steps: int, sharing: list[int],
-          out: Path) -> dict:
+def check(
+    params: Path, overrides: list[str], device: str, steps: int, sharing: list[int], out: Path
+) -> dict:
     import torch
 
     from reprodqn.config.params import load_params, resolve_run
@@ -68,9 +86,11 @@ def check(params: Path, overrides: list[str], device: str, steps: int, sharing: 
     from reprodqn.forensics import audit
 
     if device == "cuda" and not torch.cuda.is_available():
-        raise NoGpu(f"gpu-check: no CUDA device visible to torch {torch.__version__} (CUDA "
-                    f"build: {torch.version.cuda or 'none'}); run it on a machine with an "
-                    "NVIDIA GPU and its driver, or --device cpu to rehearse on the CPU")
+        raise NoGpu(
+            f"gpu-check: no CUDA device visible to torch {torch.__version__} (CUDA "
+            f"build: {torch.version.cuda or 'none'}); run it on a machine with an "
+            "NVIDIA GPU and its driver, or --device cpu to rehearse on the CPU"
+        )
     out.mkdir(parents=True, exist_ok=True)
     log = out / "train.log"
     settings = [*scale(steps), f"compute.device={device}", *overrides]
@@ -78,20 +98,28 @@ def check(params: Path, overrides: list[str], device: str, steps: int, sharing: 
     for group in ("deterministic", "gpu"):
         runs_dir = out / "runs"
         launch([(group, 0), (group, 1)], params, settings, runs_dir, log)
-        chains[group] = [workspace.read_hashes(workspace.run_dir(runs_dir, group, run))
-                         for run in (0, 1)]
+        chains[group] = [
+            workspace.read_hashes(workspace.run_dir(runs_dir, group, run)) for run in (0, 1)
+        ]
     study = load_params(params, settings)
-    audited = audit.audit(resolve_run(study, "deterministic", 0),
-                          study.evaluation.inference_chunk, out / workspace.AUDIT,
-                          out / "audit-scratch")
+    audited = audit.audit(
+        resolve_run(study, "deterministic", 0),
+        study.evaluation.inference_chunk,
+        out / workspace.AUDIT,
+        out / "audit-scratch",
+    )
     throughput = {}
     for k in sharing:
-        seconds = launch([("deterministic", i) for i in range(k)], params, settings,
-                         out / f"sharing-{k}", log)
+        seconds = launch(
+            [("deterministic", i) for i in range(k)], params, settings, out / f"sharing-{k}", log
+        )
         throughput[k] = k * steps / seconds
     result = {
-        "device": device, "gpu": provenance.gpu_info(), "torch": torch.__version__,
-        "steps": steps, "settings": settings,
+        "device": device,
+        "gpu": provenance.gpu_info(),
+        "torch": torch.__version__,
+        "steps": steps,
+        "settings": settings,
         "deterministic": first_parting(*chains["deterministic"]),
         "gpu_group": first_parting(*chains["gpu"]),
         "audit": audit.summary(audited),
@@ -106,35 +134,54 @@ def check(params: Path, overrides: list[str], device: str, steps: int, sharing: 
 def report(result: dict) -> str:
     gpu = result["gpu"]
     if gpu.get("present"):
-        names = ", ".join(f"{d['name']} (compute capability {d['capability']})"
-                          for d in gpu["devices"])
-        machine = (f"{names}; driver {gpu.get('driver') or 'unknown'}, CUDA "
-                   f"{gpu.get('cuda')}, cuDNN {gpu.get('cudnn')}, torch {result['torch']}")
+        names = ", ".join(
+            f"{d['name']} (compute capability {d['capability']})" for d in gpu["devices"]
+        )
+        machine = (
+            f"{names}; driver {gpu.get('driver') or 'unknown'}, CUDA "
+            f"{gpu.get('cuda')}, cuDNN {gpu.get('cudnn')}, torch {result['torch']}"
+        )
     else:
         machine = f"no GPU: rehearsed on the CPU, torch {result['torch']}"
 
     def parted(found):
         if found["weights"] is None and found["losses"] is None:
             return f"never part in {result['steps']:,} steps"
-        return (f"part: weights at checkpoint step {found['weights']}, loss chain at "
-                f"checkpoint step {found['losses']}")
+        return (
+            f"part: weights at checkpoint step {found['weights']}, loss chain at "
+            f"checkpoint step {found['losses']}"
+        )
 
-    lines = ["# gpu-check", "", f"- Device: {result['device']}. {machine}.",
-             "- Two deterministic runs, same seeds, each in its own process: "
-             + ("**one hash chain**" if result["replicable"] else
-                f"**they {parted(result['deterministic'])}**"),
-             f"- The gpu group's two runs, same seeds: they {parted(result['gpu_group'])}",
-             f"- Audit on {result['device']}: {result['audit']}", "",
-             "| runs sharing the device | agent steps/s in all | per run |", "|---|---|---|"]
+    lines = [
+        "# gpu-check",
+        "",
+        f"- Device: {result['device']}. {machine}.",
+        "- Two deterministic runs, same seeds, each in its own process: "
+        + (
+            "**one hash chain**"
+            if result["replicable"]
+            else f"**they {parted(result['deterministic'])}**"
+        ),
+        f"- The gpu group's two runs, same seeds: they {parted(result['gpu_group'])}",
+        f"- Audit on {result['device']}: {result['audit']}",
+        "",
+        "| runs sharing the device | agent steps/s in all | per run |",
+        "|---|---|---|",
+    ]
     for k, rate in result["throughput_steps_per_second"].items():
         lines.append(f"| {k} | {rate:.1f} | {rate / int(k):.1f} |")
-    lines += ["", f"Each run: {result['steps']:,} agent steps at `{' '.join(result['settings'])}` "
-              "(start-up and replay filling included).", ""]
+    lines += [
+        "",
+        f"Each run: {result['steps']:,} agent steps at `{' '.join(result['settings'])}` "
+        "(start-up and replay filling included).",
+        "",
+    ]
     return "\n".join(lines)
 
 
-def main(params: Path, overrides: list[str], device: str, steps: int, sharing: list[int],
-         out: Path) -> int:
+def main(
+    params: Path, overrides: list[str], device: str, steps: int, sharing: list[int], out: Path
+) -> int:
     try:
         result = check(params, overrides, device, steps, sharing, out)
     except NoGpu as error:

@@ -9,8 +9,10 @@ from __future__ import annotations
 TORCH_VERSION = "2.13.0"
 # SHA-256 of the docstring's two lists as transcribed: a torch whose lists differ fails a test
 DOC_LISTS_SHA256 = "654d483b4e8960e6d4ed204eb6cebb4bf9a6f761332faf6237a5960822a28158"
-DOC_LISTS = ("The following normally-nondeterministic operations will act",
-             "In addition, several operations fill uninitialized memory")
+DOC_LISTS = (
+    "The following normally-nondeterministic operations will act",
+    "In addition, several operations fill uninitialized memory",
+)
 SOURCES = (
     "torch.use_deterministic_algorithms.__doc__ (torch 2.13.0): the two lists of "
     "normally-nondeterministic operations",
@@ -18,7 +20,7 @@ SOURCES = (
     "CUBLAS_WORKSPACE_CONFIG=:4096:8 (or :16:8); cuDNN convolution needs "
     "torch.backends.cudnn.benchmark = False",
     "aten/src/ATen/native/cuda/ScatterGatherKernel.cu: alertNotDeterministic("
-    "\"scatter_add_cuda\") (the backward of gather)",
+    '"scatter_add_cuda") (the backward of gather)',
 )
 
 DETERMINISTIC_UNDER_FLAG = "made deterministic by use_deterministic_algorithms"
@@ -29,9 +31,14 @@ NOT_LISTED = "not listed as nondeterministic"
 # aten base name -> (status, the documentation's words for it)
 _CONV = "torch.nn.Conv1d/2d/3d, ConvTranspose1d/2d/3d when called on CUDA tensor"
 _MADE = {
-    "convolution": _CONV, "_convolution": _CONV, "convolution_backward": _CONV,
-    "cudnn_convolution": _CONV, "cudnn_convolution_transpose": _CONV,
-    "conv2d": _CONV, "conv1d": _CONV, "conv3d": _CONV,
+    "convolution": _CONV,
+    "_convolution": _CONV,
+    "convolution_backward": _CONV,
+    "cudnn_convolution": _CONV,
+    "cudnn_convolution_transpose": _CONV,
+    "conv2d": _CONV,
+    "conv1d": _CONV,
+    "conv3d": _CONV,
     "replication_pad1d_backward": "ReplicationPad1d when differentiating a CUDA tensor",
     "replication_pad2d_backward": "ReplicationPad2d when differentiating a CUDA tensor",
     "replication_pad3d_backward": "ReplicationPad3d when differentiating a CUDA tensor",
@@ -48,7 +55,7 @@ _MADE = {
     "index_copy": "Tensor.index_copy when called on a CPU or CUDA tensor",
     "scatter": "Tensor.scatter when src is a Tensor, on a CUDA tensor",
     "scatter_reduce": "Tensor.scatter_reduce, reduce='sum' or 'mean', on a CUDA tensor "
-                      "(reduce='prod' raises)",
+    "(reduce='prod' raises)",
     "max_pool3d_with_indices_backward": "MaxPool3d when differentiating a CUDA tensor",
 }
 _RAISES = {
@@ -56,17 +63,14 @@ _RAISES = {
     "_adaptive_avg_pool2d_backward": "AdaptiveAvgPool2d when differentiating a CUDA tensor",
     "_adaptive_avg_pool3d_backward": "AdaptiveAvgPool3d when differentiating a CUDA tensor",
     "adaptive_max_pool2d_backward": "AdaptiveMaxPool2d when differentiating a CUDA tensor",
-    "fractional_max_pool2d_backward": "FractionalMaxPool2d when differentiating a CUDA "
-                                      "tensor",
-    "fractional_max_pool3d_backward": "FractionalMaxPool3d when differentiating a CUDA "
-                                      "tensor",
-    "max_unpool2d": "MaxUnpool1d/2d", "max_unpool3d": "MaxUnpool3d",
+    "fractional_max_pool2d_backward": "FractionalMaxPool2d when differentiating a CUDA tensor",
+    "fractional_max_pool3d_backward": "FractionalMaxPool3d when differentiating a CUDA tensor",
+    "max_unpool2d": "MaxUnpool1d/2d",
+    "max_unpool3d": "MaxUnpool3d",
     "upsample_linear1d_backward": "interpolate (linear) when differentiating a CUDA tensor",
-    "upsample_bilinear2d_backward": "interpolate (bilinear) when differentiating a CUDA "
-                                    "tensor",
+    "upsample_bilinear2d_backward": "interpolate (bilinear) when differentiating a CUDA tensor",
     "upsample_bicubic2d_backward": "interpolate (bicubic) when differentiating a CUDA tensor",
-    "upsample_trilinear3d_backward": "interpolate (trilinear) when differentiating a CUDA "
-                                     "tensor",
+    "upsample_trilinear3d_backward": "interpolate (trilinear) when differentiating a CUDA tensor",
     "reflection_pad1d_backward": "ReflectionPad1d when differentiating a CUDA tensor",
     "reflection_pad2d_backward": "ReflectionPad2d when differentiating a CUDA tensor",
     "reflection_pad3d_backward": "ReflectionPad3d when differentiating a CUDA tensor",
@@ -82,20 +86,41 @@ _RAISES = {
     "cumsum": "torch.cumsum on a floating-point or complex CUDA tensor",
     "resize": "Tensor.resize_ when called with a quantized tensor",
 }
-_CUBLAS = {name: "cuBLAS matrix products (reproducibility notes)"
-           for name in ("mm", "addmm", "baddbmm", "addbmm", "mv", "addmv", "matmul",
-                        "linear", "_addmm_activation")}
+_CUBLAS = {
+    name: "cuBLAS matrix products (reproducibility notes)"
+    for name in (
+        "mm",
+        "addmm",
+        "baddbmm",
+        "addbmm",
+        "mv",
+        "addmv",
+        "matmul",
+        "linear",
+        "_addmm_activation",
+    )
+}
 
 # oneDNN's forms of the same layers, which a CPU runs (dqn.network): named by what CUDA runs
 _MADE.update({name: _CONV + " (a CPU runs it in oneDNN)" for name in ("mkldnn_convolution",)})
-_CUBLAS.update({name: "cuBLAS matrix products (reproducibility notes): a linear layer, which a "
-                "CPU runs in oneDNN's inner product"
-                for name in ("mkldnn_linear", "mkldnn_linear_backward",
-                             "mkldnn_linear_backward_input", "mkldnn_linear_backward_weights")})
+_CUBLAS.update(
+    {
+        name: "cuBLAS matrix products (reproducibility notes): a linear layer, which a "
+        "CPU runs in oneDNN's inner product"
+        for name in (
+            "mkldnn_linear",
+            "mkldnn_linear_backward",
+            "mkldnn_linear_backward_input",
+            "mkldnn_linear_backward_weights",
+        )
+    }
+)
 
-TABLE = {**{k: (DETERMINISTIC_UNDER_FLAG, v) for k, v in _MADE.items()},
-         **{k: (RAISES_UNDER_FLAG, v) for k, v in _RAISES.items()},
-         **{k: (CUBLAS, v) for k, v in _CUBLAS.items()}}
+TABLE = {
+    **{k: (DETERMINISTIC_UNDER_FLAG, v) for k, v in _MADE.items()},
+    **{k: (RAISES_UNDER_FLAG, v) for k, v in _RAISES.items()},
+    **{k: (CUBLAS, v) for k, v in _CUBLAS.items()},
+}
 
 
 def base_name(op: str) -> str:

@@ -26,8 +26,9 @@ def parse_run(text: str) -> tuple[str, int]:
     return group, int(run)
 
 
-def shipped_config(reference: Path, group: str, run: int, fallback: Path,
-                   overrides=()) -> RunConfig:
+def shipped_config(
+    reference: Path, group: str, run: int, fallback: Path, overrides=()
+) -> RunConfig:
     """The run's config from the reference's own params.yaml (else `fallback`), checked
     against the digest its run directory recorded."""
     params_path = reference / "params.yaml"
@@ -39,9 +40,11 @@ def shipped_config(reference: Path, group: str, run: int, fallback: Path,
         raise InputError(f"{recorded_path}: not found; the reference has no run {group}/{run}")
     recorded = read_json(recorded_path, "run config").get("digest")
     if recorded != config.digest():
-        raise InputError(f"{params_path}: its params give {group}/{run} digest "
-                         f"{config.digest()[:12]}, but {recorded_path} records "
-                         f"{str(recorded)[:12]} (mismatched params)")
+        raise InputError(
+            f"{params_path}: its params give {group}/{run} digest "
+            f"{config.digest()[:12]}, but {recorded_path} records "
+            f"{str(recorded)[:12]} (mismatched params)"
+        )
     return config
 
 
@@ -54,8 +57,14 @@ def shipped_resume_point(reference: Path, group: str, run: int, until: int) -> P
     return None
 
 
-def train_until(config: RunConfig, scratch: Path, until: int, resume_dir: Path | None = None,
-                progress=None, reference_run: Path | None = None) -> Path:
+def train_until(
+    config: RunConfig,
+    scratch: Path,
+    until: int,
+    resume_dir: Path | None = None,
+    progress=None,
+    reference_run: Path | None = None,
+) -> Path:
     """Train `config` from scratch (or from a shipped `resume_dir` and the logs beside it)
     into `scratch`, stopping at step `until` with a resume point there. With
     `reference_run`, stop sooner, at the first checkpoint whose record differs from its
@@ -68,15 +77,20 @@ def train_until(config: RunConfig, scratch: Path, until: int, resume_dir: Path |
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     if resume_dir is not None:
-        shutil.copytree(resume_dir, workspace.resume_dir(scratch),
-                        ignore=shutil.ignore_patterns(SHIPPED_LOGS))
+        shutil.copytree(
+            resume_dir, workspace.resume_dir(scratch), ignore=shutil.ignore_patterns(SHIPPED_LOGS)
+        )
         for name in LOGS:  # process lines hold timings: the reference's differ in length
             if not (resume_dir / SHIPPED_LOGS / name).exists():
-                raise InputError(f"{resume_dir / SHIPPED_LOGS / name}: missing from the "
-                                 "shipped resume point")
+                raise InputError(
+                    f"{resume_dir / SHIPPED_LOGS / name}: missing from the shipped resume point"
+                )
             shutil.copyfile(resume_dir / SHIPPED_LOGS / name, scratch / name)
-    expected = ({line["step"]: line for line in workspace.read_hashes(reference_run)}
-                if reference_run is not None else {})
+    expected = (
+        {line["step"]: line for line in workspace.read_hashes(reference_run)}
+        if reference_run is not None
+        else {}
+    )
     for event in train(config, scratch, until=until):
         if progress is not None and isinstance(event, ProcessRecord | CheckpointWritten):
             progress(event.step)
@@ -91,9 +105,10 @@ def compare_prefix(reference_run: Path, rerun: Path, until: int) -> dict:
     """The reference's checkpoint and process records up to `until` against the rerun's:
     the first that differs (process records are finer: every log_every steps)."""
     compared = 0
-    for name, read, keys in ((LOGS[0], workspace.read_hashes, CHAINS),
-                             (LOGS[1], workspace.read_process,
-                              (workspace.CHAINS["losses"], "updates"))):
+    for name, read, keys in (
+        (LOGS[0], workspace.read_hashes, CHAINS),
+        (LOGS[1], workspace.read_process, (workspace.CHAINS["losses"], "updates")),
+    ):
         ours = {line["step"]: line for line in read(rerun)}
         for theirs in read(reference_run):
             if theirs["step"] > until:
@@ -102,23 +117,28 @@ def compare_prefix(reference_run: Path, rerun: Path, until: int) -> dict:
             compared += 1
             differing = [k for k in keys if mine is None or mine.get(k) != theirs.get(k)]
             if differing:
-                return {"identical": False, "records_compared": compared,
-                        "first": {"file": name, "step": theirs["step"],
-                                  "fields": differing}}
+                return {
+                    "identical": False,
+                    "records_compared": compared,
+                    "first": {"file": name, "step": theirs["step"], "fields": differing},
+                }
     return {"identical": True, "records_compared": compared, "first": None}
 
 
-def make_resume_point(config: RunConfig, run_dir: Path, scratch: Path, out: Path, step: int,
-                      progress=None) -> dict:
+def make_resume_point(
+    config: RunConfig, run_dir: Path, scratch: Path, out: Path, step: int, progress=None
+) -> dict:
     """Retrain a finished run to `step`, check it passed through the run's own chain, and
     keep the resume point there for a bundle to ship."""
     train_until(config, scratch, step, progress=progress, reference_run=run_dir)
     check = compare_prefix(run_dir, scratch, step)
     if not check["identical"]:
         first = check["first"]
-        raise InputError(f"{run_dir}: retraining to step {step} leaves its chain at step "
-                         f"{first['step']} ({', '.join(first['fields'])}); this machine does "
-                         "not replicate the run, so its resume point would not be the run's")
+        raise InputError(
+            f"{run_dir}: retraining to step {step} leaves its chain at step "
+            f"{first['step']} ({', '.join(first['fields'])}); this machine does "
+            "not replicate the run, so its resume point would not be the run's"
+        )
     staging = out.with_name(f".{out.name}.partial")  # never a half-copied point in `out`
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(workspace.resume_dir(scratch), staging)

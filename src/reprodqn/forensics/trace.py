@@ -75,10 +75,11 @@ class OpRecorder(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         name = str(func)
         if UNINITIALISED not in name and not name.startswith("profiler."):
-            hashes = [tensor_hash(t) if isinstance(t, torch.Tensor) else None
-                      for t in tree_flatten(out)[0]]
-            self.ops.append([len(self.ops), name, self.current_phase(), self.module(args),
-                             hashes])
+            hashes = [
+                tensor_hash(t) if isinstance(t, torch.Tensor) else None
+                for t in tree_flatten(out)[0]
+            ]
+            self.ops.append([len(self.ops), name, self.current_phase(), self.module(args), hashes])
         return out
 
     def current_phase(self) -> str:
@@ -179,8 +180,13 @@ def record(run, updates: int, out: Path, header: dict, progress=None) -> dict:
             if run.updates == before:
                 continue
             done += 1
-            line = {"update": run.updates, "step": run.step - 1, "actions": window.actions,
-                    "minibatch": window.minibatches[-1], "ops": recorder.ops}
+            line = {
+                "update": run.updates,
+                "step": run.step - 1,
+                "actions": window.actions,
+                "minibatch": window.minibatches[-1],
+                "ops": recorder.ops,
+            }
             handle.write(json.dumps(line, separators=(",", ":")) + "\n")
             ops += len(recorder.ops)
             window.actions, window.minibatches, recorder.ops = [], [], []
@@ -190,8 +196,14 @@ def record(run, updates: int, out: Path, header: dict, progress=None) -> dict:
     return {"updates": done, "ops": ops, "seconds_per_update": seconds / max(done, 1)}
 
 
-def open_window(config, run_dir: Path, from_step: int, resume_dir: Path | None,
-                scratch: Path, device: torch.device):
+def open_window(
+    config,
+    run_dir: Path,
+    from_step: int,
+    resume_dir: Path | None,
+    scratch: Path,
+    device: torch.device,
+):
     """A Run at `from_step`: from `resume_dir`, else the run's own resume point if it is at
     that step, else retrained here to it (deterministic: the same state the run had)."""
     from reprodqn.forensics import rerun
@@ -200,10 +212,14 @@ def open_window(config, run_dir: Path, from_step: int, resume_dir: Path | None,
     if resume_dir is None and from_step > 0:
         resume_dir = workspace.resume_dir(run_dir)
         if workspace.latest_resume_step(resume_dir) != from_step:
-            print(f"trace: no resume point at step {from_step} in {resume_dir}; retraining "
-                  f"{config.group}/{config.run} to it here first", file=sys.stderr)
+            print(
+                f"trace: no resume point at step {from_step} in {resume_dir}; retraining "
+                f"{config.group}/{config.run} to it here first",
+                file=sys.stderr,
+            )
             resume_dir = workspace.resume_dir(
-                rerun.train_until(config, scratch / "to-window", from_step))
+                rerun.train_until(config, scratch / "to-window", from_step)
+            )
     run = make_run(config, scratch, device)
     if resume_dir is None:
         return run
@@ -211,26 +227,40 @@ def open_window(config, run_dir: Path, from_step: int, resume_dir: Path | None,
     if point is None:
         raise InputError(f"{resume_dir}: no resume point there (expected latest.json)")
     if point.state["run"]["step"] != from_step:
-        raise InputError(f"{resume_dir}: its resume point is at step "
-                         f"{point.state['run']['step']}, not --from-resume {from_step}")
+        raise InputError(
+            f"{resume_dir}: its resume point is at step "
+            f"{point.state['run']['step']}, not --from-resume {from_step}"
+        )
     if point.state.get("experiment_digest") != config.experiment_digest():
-        raise InputError(f"{resume_dir}: resume point was written with different params "
-                         f"than {config.group}/{config.run}'s (mismatched params)")
+        raise InputError(
+            f"{resume_dir}: resume point was written with different params "
+            f"than {config.group}/{config.run}'s (mismatched params)"
+        )
     run.set_state(point.state)
     return run
 
 
-def trace(config, run_dir: Path, from_step: int, updates: int, out: Path,
-          resume_dir: Path | None = None, scratch: Path = Path("build/trace"),
-          progress=None) -> dict:
+def trace(
+    config,
+    run_dir: Path,
+    from_step: int,
+    updates: int,
+    out: Path,
+    resume_dir: Path | None = None,
+    scratch: Path = Path("build/trace"),
+    progress=None,
+) -> dict:
     """`reprodqn trace`: a window of `updates` updates from `from_step`, recorded to `out`."""
     if updates < 1 or from_step < 0:
-        raise InputError(f"trace: expected --updates >= 1 and --from-resume >= 0, got "
-                         f"{updates} and {from_step}")
+        raise InputError(
+            f"trace: expected --updates >= 1 and --from-resume >= 0, got {updates} and {from_step}"
+        )
     if config.train.actors > config.agent.update_every:  # a line per update needs at most one
-        raise InputError(f"trace: train.actors ({config.train.actors}) above "
-                         f"agent.update_every ({config.agent.update_every}) takes several "
-                         "updates per round; trace a run with at most one")
+        raise InputError(
+            f"trace: train.actors ({config.train.actors}) above "
+            f"agent.update_every ({config.agent.update_every}) takes several "
+            "updates per round; trace a run with at most one"
+        )
     compute = config.compute
     device, _ = numerics.configure(compute.device, compute.threads, compute.deterministic_gpu)
     run = open_window(config, run_dir, from_step, resume_dir, Path(scratch), device)
@@ -244,10 +274,15 @@ def _record_window(run, config, from_step: int, updates: int, out: Path, progres
     compute = config.compute
     conditions = provenance.collect(compute)
     start = {name: tensor_hash(t) for name, t in sorted(run.agent.tensors().items())}
-    header = {"group": config.group, "run": config.run, "from_step": from_step,
-              "start_state": start,
-              "updates": updates, "experiment_digest": config.experiment_digest(),
-              "compute": compute.model_dump(mode="json"),
-              "numerics": provenance.fingerprint_fields(conditions),
-              "torch": torch.__version__}
+    header = {
+        "group": config.group,
+        "run": config.run,
+        "from_step": from_step,
+        "start_state": start,
+        "updates": updates,
+        "experiment_digest": config.experiment_digest(),
+        "compute": compute.model_dump(mode="json"),
+        "numerics": provenance.fingerprint_fields(conditions),
+        "torch": torch.__version__,
+    }
     return record(run, updates, Path(out), header, progress)

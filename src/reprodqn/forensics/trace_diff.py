@@ -31,14 +31,20 @@ def load(path: Path) -> tuple[dict, list[dict]]:
     except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: unreadable trace ({exc.__class__.__name__})") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise InputError(f"{path}: not a reprodqn trace (expected a first line with "
-                         f"format {FORMAT})")
+        raise InputError(
+            f"{path}: not a reprodqn trace (expected a first line with format {FORMAT})"
+        )
     missing = [key for key in (*SAME_WINDOW, "compute", "numerics") if key not in header]
-    bad_lines = [n for n, u in enumerate(updates, 2)
-                 if not isinstance(u, dict) or not UPDATE_FIELDS <= set(u)]
+    bad_lines = [
+        n
+        for n, u in enumerate(updates, 2)
+        if not isinstance(u, dict) or not UPDATE_FIELDS <= set(u)
+    ]
     if missing or bad_lines:
-        raise InputError(f"{path}: damaged trace (header lacks {', '.join(missing) or '-'}; "
-                         f"malformed update lines: {bad_lines[:3] or '-'})")
+        raise InputError(
+            f"{path}: damaged trace (header lacks {', '.join(missing) or '-'}; "
+            f"malformed update lines: {bad_lines[:3] or '-'})"
+        )
     return header, updates
 
 
@@ -55,8 +61,7 @@ def start_difference(header_a: dict, header_b: dict) -> dict | None:
     names = sorted(n for n in set(start_a) | set(start_b) if start_a.get(n) != start_b.get(n))
     if not names:
         return None
-    return {"update": None, "step": header_a["from_step"], "what": "start state",
-            "tensors": names}
+    return {"update": None, "step": header_a["from_step"], "what": "start state", "tensors": names}
 
 
 def first_difference(a: list[dict], b: list[dict]) -> dict | None:
@@ -68,16 +73,29 @@ def first_difference(a: list[dict], b: list[dict]) -> dict | None:
                 return {**where, "what": field, "a": ua[field], "b": ub[field]}
         for oa, ob in zip(ua["ops"], ub["ops"], strict=False):
             if oa[1] != ob[1]:
-                return {**where, "what": "op sequence", "op_index": oa[0], "a": oa[1],
-                        "b": ob[1], "phase": oa[2], "module": oa[3]}
+                return {
+                    **where,
+                    "what": "op sequence",
+                    "op_index": oa[0],
+                    "a": oa[1],
+                    "b": ob[1],
+                    "phase": oa[2],
+                    "module": oa[3],
+                }
             if oa[4] != ob[4]:
-                index = next(i for i, (x, y) in enumerate(zip(oa[4], ob[4], strict=True))
-                             if x != y)
-                return {**where, "what": "op output", "op_index": oa[0], "op": oa[1],
-                        "phase": oa[2], "module": oa[3],
-                        "output": _output_name(oa[1], index, len(oa[4])),
-                        "a": oa[4][index], "b": ob[4][index],
-                        "later_ops_differing": _later(ua["ops"], ub["ops"], oa[0])}
+                index = next(i for i, (x, y) in enumerate(zip(oa[4], ob[4], strict=True)) if x != y)
+                return {
+                    **where,
+                    "what": "op output",
+                    "op_index": oa[0],
+                    "op": oa[1],
+                    "phase": oa[2],
+                    "module": oa[3],
+                    "output": _output_name(oa[1], index, len(oa[4])),
+                    "a": oa[4][index],
+                    "b": ob[4][index],
+                    "later_ops_differing": _later(ua["ops"], ub["ops"], oa[0]),
+                }
         if len(ua["ops"]) != len(ub["ops"]):
             return {**where, "what": "op count", "a": len(ua["ops"]), "b": len(ub["ops"])}
     if len(a) != len(b):
@@ -87,7 +105,7 @@ def first_difference(a: list[dict], b: list[dict]) -> dict | None:
 
 def _later(ops_a: list, ops_b: list, index: int, limit: int = 4) -> list[str]:
     out: list[str] = []
-    for oa, ob in zip(ops_a[index + 1:], ops_b[index + 1:], strict=False):
+    for oa, ob in zip(ops_a[index + 1 :], ops_b[index + 1 :], strict=False):
         if oa[4] != ob[4] and len(out) < limit:
             out.append(f"op {oa[0]} {oa[1]} ({oa[2]}, {oa[3] or 'no module'})")
     return out
@@ -98,53 +116,73 @@ def compare(path_a: Path, path_b: Path) -> dict:
     header_b, b = load(path_b)
     for key in SAME_WINDOW:
         if header_a.get(key) != header_b.get(key):
-            raise InputError(f"{path_b}: traces a different window or params than {path_a} "
-                             f"({key}: {header_b.get(key)} vs {header_a.get(key)})")
-    differing = sorted(k for k in set(header_a["compute"]) | set(header_b["compute"])
-                       if header_a["compute"].get(k) != header_b["compute"].get(k))
-    numerics = sorted(k for k in set(header_a["numerics"]) | set(header_b["numerics"])
-                      if header_a["numerics"].get(k) != header_b["numerics"].get(k))
-    return {"headers": (header_a, header_b), "updates": (len(a), len(b)),
-            "first": start_difference(header_a, header_b) or first_difference(a, b),
-            "compute_differing": {k: (header_a["compute"].get(k), header_b["compute"].get(k))
-                                  for k in differing},
-            "numerics_differing": numerics}
+            raise InputError(
+                f"{path_b}: traces a different window or params than {path_a} "
+                f"({key}: {header_b.get(key)} vs {header_a.get(key)})"
+            )
+    differing = sorted(
+        k
+        for k in set(header_a["compute"]) | set(header_b["compute"])
+        if header_a["compute"].get(k) != header_b["compute"].get(k)
+    )
+    numerics = sorted(
+        k
+        for k in set(header_a["numerics"]) | set(header_b["numerics"])
+        if header_a["numerics"].get(k) != header_b["numerics"].get(k)
+    )
+    return {
+        "headers": (header_a, header_b),
+        "updates": (len(a), len(b)),
+        "first": start_difference(header_a, header_b) or first_difference(a, b),
+        "compute_differing": {
+            k: (header_a["compute"].get(k), header_b["compute"].get(k)) for k in differing
+        },
+        "numerics_differing": numerics,
+    }
 
 
 def _where(first: dict) -> str:
     if first["what"] == "op output":
-        phase = {"act": "acting forward", "sync": "target copy"}.get(first["phase"],
-                                                                     first["phase"])
+        phase = {"act": "acting forward", "sync": "target copy"}.get(first["phase"], first["phase"])
         module = first["module"] or "no module"
-        return (f"{phase} of {module} ({first['op']}, op {first['op_index']}), "
-                f"{first['output']}")
+        return f"{phase} of {module} ({first['op']}, op {first['op_index']}), {first['output']}"
     if first["what"] == "op sequence":
-        return (f"op {first['op_index']}: A ran {first['a']}, B ran {first['b']} "
-                "(a different code path)")
+        return (
+            f"op {first['op_index']}: A ran {first['a']}, B ran {first['b']} "
+            "(a different code path)"
+        )
     return f"{first['what']}: A {first['a']}, B {first['b']}"
 
 
 def summary(result: dict) -> str:
     header = result["headers"][0]
-    lines = [f"trace-diff: window {header['group']}/{header['run']} from step "
-             f"{header['from_step']}, {result['updates'][0]} and {result['updates'][1]} "
-             "updates"]
+    lines = [
+        f"trace-diff: window {header['group']}/{header['run']} from step "
+        f"{header['from_step']}, {result['updates'][0]} and {result['updates'][1]} "
+        "updates"
+    ]
     first = result["first"]
     if first is None:
         lines.append("identical: every action, minibatch and op output")
     elif first["what"] == "start state":
         shown = ", ".join(first["tensors"][:4]) + (" ..." if len(first["tensors"]) > 4 else "")
-        lines.append(f"the window starts from different states at step {first['step']:,}: "
-                     f"{len(first['tensors'])} tensors differ ({shown}); the runs parted "
-                     "earlier, or the resume points differ: trace an earlier window")
+        lines.append(
+            f"the window starts from different states at step {first['step']:,}: "
+            f"{len(first['tensors'])} tensors differ ({shown}); the runs parted "
+            "earlier, or the resume points differ: trace an earlier window"
+        )
     elif first["update"] is None:
         lines.append(f"identical where both ran; A has {first['a']} updates, B {first['b']}")
     else:
-        lines.append(f"first difference: update {first['update']:,} (agent step "
-                     f"{first['step']:,}), {_where(first)}")
+        lines.append(
+            f"first difference: update {first['update']:,} (agent step "
+            f"{first['step']:,}), {_where(first)}"
+        )
         if first["what"] == "op output":
-            lines.append(f"  A {first['a']}  B {first['b']}; every earlier op, action and "
-                         "minibatch index identical")
+            lines.append(
+                f"  A {first['a']}  B {first['b']}; every earlier op, action and "
+                "minibatch index identical"
+            )
             lines += [f"  then: {text}" for text in first["later_ops_differing"]]
     for key, (a, b) in result["compute_differing"].items():
         lines.append(f"compute.{key}: A {a}, B {b}")

@@ -29,9 +29,12 @@ PAPER_TABLE1 = {
     "final_rsd": dict(zip(GROUP_NAMES, (0.0, 12.41, 37.65, 16.85, 43.61, 6.69), strict=True)),
 }
 METRICS = {
-    "best_mean": "Average score (best)", "best_std": "Std (best)",
-    "best_rsd": "Relative std (best), %", "final_mean": "Average score (final)",
-    "final_std": "Std (final)", "final_rsd": "Relative std (final), %",
+    "best_mean": "Average score (best)",
+    "best_std": "Std (best)",
+    "best_rsd": "Relative std (best), %",
+    "final_mean": "Average score (final)",
+    "final_std": "Std (final)",
+    "final_rsd": "Relative std (final), %",
 }
 ALPHA = 0.1  # the paper's significance level for variance comparisons
 # with 2 runs both absolute deviations from the median are equal: no spread within a group
@@ -101,19 +104,38 @@ def variance_tests(study: dict[str, list[RunResult]]) -> list[dict]:
         for a, b in itertools.combinations([g for g in values if len(values[g]) >= 2], 2):
             x, y = np.array(values[a]), np.array(values[b])
             var_x, var_y = x.var(ddof=1), y.var(ddof=1)
-            entry: dict[str, Any] = {"scores": kind, "groups": [a, b], "n": [len(x), len(y)],
-                     "variance": [float(var_x), float(var_y)]}
+            entry: dict[str, Any] = {
+                "scores": kind,
+                "groups": [a, b],
+                "n": [len(x), len(y)],
+                "variance": [float(var_x), float(var_y)],
+            }
             if var_x == 0 and var_y == 0:
-                entry.update(f_statistic=None, f_p=None, bf_statistic=None, bf_p=None,
-                             note="both variances are zero")
+                entry.update(
+                    f_statistic=None,
+                    f_p=None,
+                    bf_statistic=None,
+                    bf_p=None,
+                    note="both variances are zero",
+                )
             elif var_x == 0 or var_y == 0:
-                entry.update(f_statistic=math.inf, f_p=0.0, bf_statistic=None, bf_p=None,
-                             note="one variance is zero: the variances differ")
+                entry.update(
+                    f_statistic=math.inf,
+                    f_p=0.0,
+                    bf_statistic=None,
+                    bf_p=None,
+                    note="one variance is zero: the variances differ",
+                )
             else:
                 f = var_x / var_y
                 cdf = stats.f.cdf(f, len(x) - 1, len(y) - 1)
-                entry.update(f_statistic=float(f), f_p=float(2 * min(cdf, 1 - cdf)),
-                             bf_statistic=None, bf_p=None, note="")
+                entry.update(
+                    f_statistic=float(f),
+                    f_p=float(2 * min(cdf, 1 - cdf)),
+                    bf_statistic=None,
+                    bf_p=None,
+                    note="",
+                )
                 if min(len(x), len(y)) >= BF_MIN_RUNS:
                     bf = stats.levene(x, y, center="median")
                     entry.update(bf_statistic=float(bf.statistic), bf_p=float(bf.pvalue))
@@ -143,8 +165,10 @@ def differs_by_design(run: RunResult) -> bool:
     """A run trained on a CPU with its reduction order drawn from OS entropy (the gpu group's
     emulation of nondeterministic GPU kernels): no two trainings give its chain."""
     conditions = run.conditions or {}
-    return (conditions.get("device") == "cpu"
-            and conditions.get("numerics", {}).get("cpu_reduction_order") == "random")
+    return (
+        conditions.get("device") == "cpu"
+        and conditions.get("numerics", {}).get("cpu_reduction_order") == "random"
+    )
 
 
 def first_divergence(reference: RunResult, other: RunResult, key: str) -> int | None:
@@ -175,8 +199,7 @@ def first_loss_divergence(reference: RunResult, other: RunResult) -> dict | None
     log_every steps): the first record that differs, and the updates it covers."""
     previous = 0
     for a, b in itertools.zip_longest(reference.process, other.process):
-        if a is None or b is None or a.get("loss_chain_sha256") != b.get(
-                "loss_chain_sha256"):
+        if a is None or b is None or a.get("loss_chain_sha256") != b.get("loss_chain_sha256"):
             record = a or b
             return {"step": record["step"], "updates": [previous + 1, record["updates"]]}
         previous = a["updates"]
@@ -196,10 +219,14 @@ def group_divergence(study: dict[str, list[RunResult]]) -> dict[str, dict]:
             continue
         chains = [divergence(runs[0], r) for r in runs[1:]]
         losses = [d for r in runs[1:] if (d := first_loss_divergence(runs[0], r))]
-        table[group] = {"runs": len(runs), **{
-            name: min((s for c in chains if (s := c[name]) is not None), default=None)
-            for name in ("weights", "evaluation")},
-            "losses": min(losses, key=lambda d: d["step"]) if losses else None}
+        table[group] = {
+            "runs": len(runs),
+            **{
+                name: min((s for c in chains if (s := c[name]) is not None), default=None)
+                for name in ("weights", "evaluation")
+            },
+            "losses": min(losses, key=lambda d: d["step"]) if losses else None,
+        }
     return table
 
 
@@ -212,48 +239,73 @@ def verdict(study: dict[str, list[RunResult]]) -> dict:
     steps = [(r.run, divergence(runs[0], r)) for r in runs[1:]]
     for name in (*CHAINS, "evaluation"):
         diverging = [(run, found[name]) for run, found in steps if found[name] is not None]
-        result[name] = {"identical": not diverging,
-                        "first_divergence": ({"run": diverging[0][0], "step": diverging[0][1]}
-                                             if diverging else None)}
-    result["replicable"] = all(result[k]["identical"] for k in ("weights", "losses",
-                                                                  "evaluation"))
+        result[name] = {
+            "identical": not diverging,
+            "first_divergence": (
+                {"run": diverging[0][0], "step": diverging[0][1]} if diverging else None
+            ),
+        }
+    result["replicable"] = all(result[k]["identical"] for k in ("weights", "losses", "evaluation"))
     return result
 
 
 def device_statement(study: dict[str, list[RunResult]]) -> dict:
-    names = sorted({r.conditions.get("device_name", "?") for runs in study.values()
-                    for r in runs if r.conditions})
-    isas = sorted({isa_setting(r.conditions) for runs in study.values() for r in runs
-                   if r.conditions})
+    names = sorted(
+        {
+            r.conditions.get("device_name", "?")
+            for runs in study.values()
+            for r in runs
+            if r.conditions
+        }
+    )
+    isas = sorted(
+        {isa_setting(r.conditions) for runs in study.values() for r in runs if r.conditions}
+    )
     on_gpu = any(n != "cpu" for n in names)
     gpu_runs = [r for r in study.get("gpu", []) if r.hashes]
     det_runs = [r for r in study.get("deterministic", []) if r.hashes]
-    same = bool(gpu_runs and det_runs) and all(
-        r.hashes == det_runs[0].hashes for r in gpu_runs)
+    same = bool(gpu_runs and det_runs) and all(r.hashes == det_runs[0].hashes for r in gpu_runs)
     emulated = bool(gpu_runs) and all(differs_by_design(r) for r in gpu_runs)
     labels = {g: GPU_ON_CPU if emulated and g == "gpu" else g for g in GROUP_NAMES}
     if on_gpu:
-        text = (f"The study ran on {', '.join(names)}. The gpu group allowed nondeterministic "
-                "GPU operations.")
+        text = (
+            f"The study ran on {', '.join(names)}. The gpu group allowed nondeterministic "
+            "GPU operations."
+        )
     elif emulated:
-        text = ("The study ran on the CPU. Its gpu group emulates nondeterministic GPU "
-                "kernels: every update sums its minibatch's rows in an order drawn from OS "
-                "entropy (compute.cpu_reduction_order: random), so the loss and every weight "
-                "gradient add the same terms in another order, as atomic adds on a GPU do.")
+        text = (
+            "The study ran on the CPU. Its gpu group emulates nondeterministic GPU "
+            "kernels: every update sums its minibatch's rows in an order drawn from OS "
+            "entropy (compute.cpu_reduction_order: random), so the loss and every weight "
+            "gradient add the same terms in another order, as atomic adds on a GPU do."
+        )
     elif "gpu" not in study:
-        text = ("The study ran on the CPU, which has no GPU nondeterminism to show, and left "
-                "the gpu group out.")
+        text = (
+            "The study ran on the CPU, which has no GPU nondeterminism to show, and left "
+            "the gpu group out."
+        )
     else:
-        text = ("The study ran on the CPU, which has no GPU nondeterminism to show: the gpu "
-                "group turned deterministic algorithms off, but its CPU kernels are "
-                "deterministic at a fixed thread count, so "
-                + ("its hash chains equal the deterministic group's." if same else
-                   "any difference from the deterministic group is not GPU nondeterminism."))
+        text = (
+            "The study ran on the CPU, which has no GPU nondeterminism to show: the gpu "
+            "group turned deterministic algorithms off, but its CPU kernels are "
+            "deterministic at a fixed thread count, so "
+            + (
+                "its hash chains equal the deterministic group's."
+                if same
+                else "any difference from the deterministic group is not GPU nondeterminism."
+            )
+        )
     if isas:
         text += f" CPU instruction set: {'; '.join(isas)}."
-    return {"devices": names, "on_gpu": on_gpu, "gpu_group_equals_deterministic": same,
-            "gpu_emulated_on_cpu": emulated, "group_labels": labels, "cpu_isa": isas,
-            "text": text}
+    return {
+        "devices": names,
+        "on_gpu": on_gpu,
+        "gpu_group_equals_deterministic": same,
+        "gpu_emulated_on_cpu": emulated,
+        "group_labels": labels,
+        "cpu_isa": isas,
+        "text": text,
+    }
 
 
 def isa_setting(conditions: dict | None) -> str:

@@ -26,9 +26,23 @@ from reprodqn.core.errors import InputError
 from reprodqn.determinism import provenance
 from reprodqn.report import citation
 
-PROJECT_FILES = ("README.md", "CHANGELOG.md", "mkdocs.yml", "CITATION.cff", "Makefile",
-                 "Dockerfile", ".dockerignore", "pyproject.toml", "requirements.lock",
-                 "params.yaml", "dvc.yaml", "dvc.lock", ".dvcignore", ".dvc/config", ".gitignore")
+PROJECT_FILES = (
+    "README.md",
+    "CHANGELOG.md",
+    "mkdocs.yml",
+    "CITATION.cff",
+    "Makefile",
+    "Dockerfile",
+    ".dockerignore",
+    "pyproject.toml",
+    "requirements.lock",
+    "params.yaml",
+    "dvc.yaml",
+    "dvc.lock",
+    ".dvcignore",
+    ".dvc/config",
+    ".gitignore",
+)
 PROJECT_DIRS = ("src", "tests", "tools", "bench", "experiments", ".ci", "presets", "docs")
 ROOT = "reprodqn-bundle"
 METADATA = ("CITATION.cff", "ro-crate-metadata.json")  # written by the bundle, for archives
@@ -43,16 +57,20 @@ def manifest_text(hashes: dict[str, str]) -> str:
 def _tracked(root: Path) -> list[Path]:
     """Git-tracked project files when git knows them, else the project's own layout."""
     try:
-        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True,
-                             timeout=20)
+        out = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, timeout=20
+        )
         if out.returncode == 0 and out.stdout:
             return [Path(p) for p in out.stdout.decode().split("\0") if p]
     except (OSError, subprocess.TimeoutExpired):
         pass
     files = [Path(f) for f in PROJECT_FILES if (root / f).is_file()]
     for directory in PROJECT_DIRS:
-        files += [p.relative_to(root) for p in (root / directory).rglob("*") if p.is_file()
-                  and "__pycache__" not in p.parts]
+        files += [
+            p.relative_to(root)
+            for p in (root / directory).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        ]
     return files
 
 
@@ -63,12 +81,19 @@ def collect(root: Path, checkpoints: bool) -> list[Path]:
         raise InputError(f"{runs}: no runs to bundle; run the study first")
     files = set(_tracked(root))
     for directory in workspace.RESULT_DIRS:
-        files |= {p.relative_to(root) for p in (root / directory).rglob("*")
-                  if p.is_file() and not p.name.endswith(".progress.jsonl")
-                  and p.name != run_lock.LOCK_NAME}
+        files |= {
+            p.relative_to(root)
+            for p in (root / directory).rglob("*")
+            if p.is_file()
+            and not p.name.endswith(".progress.jsonl")
+            and p.name != run_lock.LOCK_NAME
+        }
     for run_dir in sorted(p for p in runs.glob("*/*") if p.is_dir()):
-        files |= {(run_dir / name).relative_to(root) for name in workspace.RUN_RECORDS
-                  if (run_dir / name).exists()}
+        files |= {
+            (run_dir / name).relative_to(root)
+            for name in workspace.RUN_RECORDS
+            if (run_dir / name).exists()
+        }
         if checkpoints:
             files |= {p.relative_to(root) for p in workspace.checkpoints_dir(run_dir).glob("*")}
     for name in ("ranker/ranker.json", "ranker/ranker.safetensors"):
@@ -84,8 +109,10 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
     files = collect(root, checkpoints)
     contents: dict[str, bytes | None] = {f.as_posix(): None for f in files}  # None: on disk
     contents.update(metadata(root, files))
-    hashes = {name: sha256_file(root / name) if data is None else sha256_bytes(data)
-              for name, data in contents.items()}
+    hashes = {
+        name: sha256_file(root / name) if data is None else sha256_bytes(data)
+        for name, data in contents.items()
+    }
     manifest = manifest_text(hashes)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -95,8 +122,10 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
             tar.addfile(_info(f"{ROOT}/{name}", len(data)), io.BytesIO(data))
         data = manifest.encode()
         tar.addfile(_info(f"{ROOT}/{MANIFEST}", len(data)), io.BytesIO(data))
-    with atomic_open(out, "wb") as handle, \
-            gzip.GzipFile(fileobj=handle, mode="wb", mtime=0, filename="") as gz:
+    with (
+        atomic_open(out, "wb") as handle,
+        gzip.GzipFile(fileobj=handle, mode="wb", mtime=0, filename="") as gz,
+    ):
         gz.write(buffer.getvalue())
     for name in METADATA:
         with atomic_open(out.parent / name, "wb") as handle:
@@ -114,11 +143,17 @@ def reference_files(root: Path) -> list[Path]:
     """The bundle's files less code, checkpoints, resume points and the authors' start
     sequences (the repository ships those)."""
     project = set(PROJECT_FILES) - set(REFERENCE_PROJECT_FILES)
-    return [f for f in collect(root, checkpoints=False)
-            if f.parts[0] not in PROJECT_DIRS and f.as_posix() not in project
-            and f.parts[0] != workspace.RESUME_POINTS.name
-            and not (f.parts[0] == workspace.START_SEQUENCES.name
-                     and (f.name.startswith("authors") or f.name == "dvc.yaml"))]
+    return [
+        f
+        for f in collect(root, checkpoints=False)
+        if f.parts[0] not in PROJECT_DIRS
+        and f.as_posix() not in project
+        and f.parts[0] != workspace.RESUME_POINTS.name
+        and not (
+            f.parts[0] == workspace.START_SEQUENCES.name
+            and (f.name.startswith("authors") or f.name == "dvc.yaml")
+        )
+    ]
 
 
 def write_reference(root: Path, out: Path) -> dict:
@@ -132,8 +167,9 @@ def write_reference(root: Path, out: Path) -> dict:
     for name in files:
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(root / name, staging / name)
-    (staging / MANIFEST).write_text(manifest_text({f.as_posix(): sha256_file(staging / f)
-                                                   for f in files}))
+    (staging / MANIFEST).write_text(
+        manifest_text({f.as_posix(): sha256_file(staging / f) for f in files})
+    )
     for kept in REFERENCE_KEPT:
         if (out / kept).exists():
             shutil.copyfile(out / kept, staging / kept)

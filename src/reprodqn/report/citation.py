@@ -60,12 +60,12 @@ def validate_citation(doc: dict, where: str) -> None:
 
     schema = json.loads(resources.files("reprodqn.report").joinpath(CFF_SCHEMA).read_text())
     plain = json.loads(json.dumps(doc, default=str))  # YAML dates as the schema's strings
-    error = jsonschema.exceptions.best_match(
-        jsonschema.Draft7Validator(schema).iter_errors(plain))
+    error = jsonschema.exceptions.best_match(jsonschema.Draft7Validator(schema).iter_errors(plain))
     if error is not None:
         field = ".".join(str(p) for p in error.absolute_path) or "(top level)"
-        raise InputError(f"{where}: {field}: {error.message.splitlines()[0]} "
-                         "(Citation File Format 1.2.0)")
+        raise InputError(
+            f"{where}: {field}: {error.message.splitlines()[0]} (Citation File Format 1.2.0)"
+        )
 
 
 def rom_sha256() -> dict:
@@ -75,8 +75,11 @@ def rom_sha256() -> dict:
     from reprodqn.training.atari import rom_path
 
     path = rom_path("breakout")
-    return {"sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "file": path.name,
-            "ale_py": version("ale-py")}
+    return {
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "file": path.name,
+        "ale_py": version("ale-py"),
+    }
 
 
 def role(path: str) -> str:
@@ -92,6 +95,26 @@ def role(path: str) -> str:
     return "workflow"
 
 
+def _add_files(rc, files: dict[str, str], sizes: dict[str, int]) -> dict:
+    """Each file as a crate entity with its hash, size and role; dvc.yaml is the workflow."""
+    entities = {}
+    for path in sorted(files):
+        kinds = ["File"]
+        if path == "dvc.yaml":
+            kinds += ["SoftwareSourceCode", "ComputationalWorkflow"]
+        entities[path] = rc.add_file(
+            None,
+            path,
+            properties={
+                "@type": kinds[0] if len(kinds) == 1 else kinds,
+                "sha256": files[path],
+                "contentSize": sizes[path],
+                "additionalType": role(path),
+            },
+        )
+    return entities
+
+
 def crate(files: dict[str, str], sizes: dict[str, int], meta: dict, rom: dict) -> str:
     """ro-crate-metadata.json for the bundle's files (path -> SHA-256), as JSON text."""
     from rocrate.rocrate import ROCrate
@@ -102,34 +125,49 @@ def crate(files: dict[str, str], sizes: dict[str, int], meta: dict, rom: dict) -
     rc.datePublished = meta["date-released"]
     rc.root_dataset["license"] = meta.get("license")
     rc.root_dataset["version"] = str(meta.get("version", ""))
-    language = rc.add_jsonld({"@id": "https://dvc.org/", "@type": "ComputerLanguage",
-                              "name": "DVC", "url": "https://dvc.org/"})
-    entities = {}
-    for path in sorted(files):
-        kinds = ["File"]
-        if path == "dvc.yaml":
-            kinds += ["SoftwareSourceCode", "ComputationalWorkflow"]
-        entities[path] = rc.add_file(None, path, properties={
-            "@type": kinds[0] if len(kinds) == 1 else kinds, "sha256": files[path],
-            "contentSize": sizes[path], "additionalType": role(path)})
+    language = rc.add_jsonld(
+        {
+            "@id": "https://dvc.org/",
+            "@type": "ComputerLanguage",
+            "name": "DVC",
+            "url": "https://dvc.org/",
+        }
+    )
+    entities = _add_files(rc, files, sizes)
     workflow = entities["dvc.yaml"]
     workflow["programmingLanguage"] = language
     workflow["name"] = "The study pipeline (dvc repro)"
     rc.root_dataset["mainEntity"] = workflow
-    rom_entity = rc.add_jsonld({
-        "@id": "#breakout-rom", "@type": "CreativeWork", "sha256": rom["sha256"],
-        "name": f"Atari 2600 Breakout ROM ({rom['file']}, shipped with ale-py "
-                f"{rom['ale_py']}; not in this bundle)"})
+    rom_entity = rc.add_jsonld(
+        {
+            "@id": "#breakout-rom",
+            "@type": "CreativeWork",
+            "sha256": rom["sha256"],
+            "name": f"Atari 2600 Breakout ROM ({rom['file']}, shipped with ale-py "
+            f"{rom['ale_py']}; not in this bundle)",
+        }
+    )
     by_role: dict[str, list] = {}  # role -> the crate's entities
     for path, entity in entities.items():
         by_role.setdefault(role(path), []).append(entity)
-    rc.add_action(workflow, identifier="#study", object=[*by_role.get("input", []), rom_entity],
-                  result=by_role.get("output", []), properties={
-                      "name": "The study: dvc repro with params.yaml",
-                      "endTime": meta["date-released"],
-                      "instrument": [workflow, *by_role.get("software", []),
-                                     *by_role.get("conditions", [])]})
+    rc.add_action(
+        workflow,
+        identifier="#study",
+        object=[*by_role.get("input", []), rom_entity],
+        result=by_role.get("output", []),
+        properties={
+            "name": "The study: dvc repro with params.yaml",
+            "endTime": meta["date-released"],
+            "instrument": [workflow, *by_role.get("software", []), *by_role.get("conditions", [])],
+        },
+    )
     for name, members in sorted(by_role.items()):
-        rc.add_jsonld({"@id": f"#{name}", "@type": "Collection", "name": name,
-                       "hasPart": [{"@id": e.id} for e in members]})
+        rc.add_jsonld(
+            {
+                "@id": f"#{name}",
+                "@type": "Collection",
+                "name": name,
+                "hasPart": [{"@id": e.id} for e in members],
+            }
+        )
     return json.dumps(rc.metadata.generate(), indent=2, sort_keys=True) + "\n"

@@ -35,8 +35,13 @@ def figure1(study, out_dir: Path, labels: dict[str, str] | None = None) -> list[
         runs = [r for r in study.get(group, []) if r.steps]
         ax.set_title(_wrapped((labels or {}).get(group, group)), fontsize="medium")
         if not runs:
-            ax.text(0.5, 0.5, "no runs" if group in study else "left out of this study\n"
-                    "(study.left_out)", ha="center", transform=ax.transAxes)
+            ax.text(
+                0.5,
+                0.5,
+                "no runs" if group in study else "left out of this study\n(study.left_out)",
+                ha="center",
+                transform=ax.transAxes,
+            )
             continue
         steps = np.array(runs[0].steps)
         curves = np.stack([r.curve for r in runs if len(r.steps) == len(steps)])
@@ -67,8 +72,9 @@ def start_state_figures(study, out_dir: Path) -> list[Path]:
     paths = []
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(steps, per_state[0], marker=".")
-    ax.set(xlabel="agent steps", ylabel="score",
-           title="Figure 2: deterministic agent, start state 0")
+    ax.set(
+        xlabel="agent steps", ylabel="score", title="Figure 2: deterministic agent, start state 0"
+    )
     ax.xaxis.set_major_formatter(_steps_formatter())
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -76,9 +82,14 @@ def start_state_figures(study, out_dir: Path) -> list[Path]:
     n = len(per_state)
     cols = int(math.ceil(math.sqrt(n)))
     rows = int(math.ceil(n / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(max(1.6 * cols, 7), 1.2 * rows + 0.6),
-                             sharex=True,
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(max(1.6 * cols, 7), 1.2 * rows + 0.6),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+    )
     for k, ax in enumerate(axes.flat):
         if k < n:
             ax.plot(steps, per_state[k], linewidth=0.8)
@@ -92,21 +103,30 @@ def start_state_figures(study, out_dir: Path) -> list[Path]:
     return paths + _save(fig, out_dir / "figure4_start_states")
 
 
-def divergence_figure(divergence: dict[str, dict], total_steps: int, out_dir: Path,
-                      labels: dict[str, str] | None = None) -> list[Path]:
+def divergence_figure(
+    divergence: dict[str, dict],
+    total_steps: int,
+    out_dir: Path,
+    labels: dict[str, str] | None = None,
+) -> list[Path]:
     """Per group, when its runs part: in weights, loss chain and evaluation (a hollow
     marker at the end of training: never)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8.5, 3.4))
     groups = [g for g in GROUP_NAMES if g in divergence]
     styles = {"weights": ("o", "C0"), "losses": ("s", "C1"), "evaluation": ("^", "C2")}
-    for offset, (name, (marker, colour)) in zip((-0.2, 0.0, 0.2), styles.items(),
-                                                 strict=True):
+    for offset, (name, (marker, colour)) in zip((-0.2, 0.0, 0.2), styles.items(), strict=True):
         for row, group in enumerate(groups):
             found = divergence[group][name]
             step = found["step"] if isinstance(found, dict) else found
-            ax.scatter([total_steps if step is None else step], [row + offset], marker=marker,
-                       color=colour, facecolors="none" if step is None else colour, zorder=3)
+            ax.scatter(
+                [total_steps if step is None else step],
+                [row + offset],
+                marker=marker,
+                color=colour,
+                facecolors="none" if step is None else colour,
+                zorder=3,
+            )
         ax.scatter([], [], marker=marker, color=colour, label=name)  # a solid legend entry
     ax.set_yticks(range(len(groups)), [_wrapped((labels or {}).get(g, g)) for g in groups])
     ax.invert_yaxis()
@@ -130,10 +150,21 @@ def probe_figure(study, out_dir: Path) -> list[Path]:
         for index, run in enumerate(r for r in study.get(group, []) if r.probe):
             steps = [p["step"] for p in run.probe]
             label = group if index == 0 else None
-            spread_ax.plot(steps, [max(p["q_spread"], 1e-12) for p in run.probe],
-                           color=f"C{colour}", alpha=0.7, marker=".", label=label)
-            actions_ax.plot(steps, [p["greedy_actions"] for p in run.probe],
-                            color=f"C{colour}", alpha=0.7, marker=".")
+            spread_ax.plot(
+                steps,
+                [max(p["q_spread"], 1e-12) for p in run.probe],
+                color=f"C{colour}",
+                alpha=0.7,
+                marker=".",
+                label=label,
+            )
+            actions_ax.plot(
+                steps,
+                [p["greedy_actions"] for p in run.probe],
+                color=f"C{colour}",
+                alpha=0.7,
+                marker=".",
+            )
     spread_ax.set_yscale("log")
     spread_ax.set_ylabel("Q's spread across start states")
     actions_ax.set_ylabel("distinct greedy actions")
@@ -161,10 +192,11 @@ def _save(fig, stem: Path) -> list[Path]:
     paths = []
     for suffix in (".png", ".pdf"):
         path = stem.with_suffix(suffix)
-        fig.savefig(path, dpi=130, metadata={"CreationDate": None} if suffix == ".pdf"
-                    else {"Software": None})
+        fig.savefig(
+            path,
+            dpi=130,
+            metadata={"CreationDate": None} if suffix == ".pdf" else {"Software": None},
+        )
         paths.append(path)
     plt.close(fig)
     return paths
-
-

@@ -30,13 +30,13 @@ def render(markdown: str, figures_dir: Path) -> str:
     from markdown_it import MarkdownIt
 
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
-    body = IMAGE.sub(lambda m: f'<img src="{_data_uri(Path(figures_dir) / m.group(1))}"',
-                     body)
-    title = next((line[2:] for line in markdown.splitlines() if line.startswith("# ")),
-                 "Report")
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n"
-            f"<body>\n{body}</body>\n</html>\n")
+    body = IMAGE.sub(lambda m: f'<img src="{_data_uri(Path(figures_dir) / m.group(1))}"', body)
+    title = next((line[2:] for line in markdown.splitlines() if line.startswith("# ")), "Report")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n"
+        f"<body>\n{body}</body>\n</html>\n"
+    )
 
 
 def _data_uri(path: Path) -> str:

@@ -19,7 +19,8 @@ def load_run(run_dir: Path, eval_dir: Path, group: str, run: int) -> RunResult:
     result.steps = sorted(result.scores)
     if (eval_dir / workspace.EVAL_JSON).exists():
         result.start_states = read_json(eval_dir / workspace.EVAL_JSON, "evaluation record").get(
-            "start_states")
+            "start_states"
+        )
     if (run_dir / workspace.CONDITIONS).exists():
         result.conditions = read_json(run_dir / workspace.CONDITIONS, "run conditions")
     return result
@@ -29,6 +30,15 @@ def load_study(root: Path, study) -> dict[str, list[RunResult]]:
     """Every run of a workspace (or an unpacked bundle): runs/ and evaluations/, for each
     group the study trains (`study`: params.study)."""
     root = Path(root)
-    return {g: [load_run(workspace.run_dir(root / workspace.RUNS, g, r),
-                         workspace.eval_dir(root / workspace.EVALUATIONS, g, r), g, r)
-                for r in range(study.runs(g))] for g in study.studied_groups()}
+    return {
+        g: [
+            load_run(
+                workspace.run_dir(root / workspace.RUNS, g, r),
+                workspace.eval_dir(root / workspace.EVALUATIONS, g, r),
+                g,
+                r,
+            )
+            for r in range(study.runs(g))
+        ]
+        for g in study.studied_groups()
+    }

@@ -32,18 +32,32 @@ from reprodqn.core.workers import ACTOR_WORKERS_ENV, visible_gpus
 from reprodqn.determinism import isa
 
 # passed to every job explicitly; anything else a job needs comes from its params
-JOB_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONHASHSEED",
-                   "CUBLAS_WORKSPACE_CONFIG", *isa.KNOBS, "MLFLOW_TRACKING_URI",
-                   "REPRODQN_MLFLOW_EXPERIMENT", "REPRODQN_TRACKING", "REPRODQN_IMAGE",
-                   "REPRODQN_IMAGE_DIGEST", "VIRTUAL_ENV", "DVC_ROOT", "PYTHONPATH",
-                   ACTOR_WORKERS_ENV)
+JOB_ENVIRONMENT = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "PYTHONHASHSEED",
+    "CUBLAS_WORKSPACE_CONFIG",
+    *isa.KNOBS,
+    "MLFLOW_TRACKING_URI",
+    "REPRODQN_MLFLOW_EXPERIMENT",
+    "REPRODQN_TRACKING",
+    "REPRODQN_IMAGE",
+    "REPRODQN_IMAGE_DIGEST",
+    "VIRTUAL_ENV",
+    "DVC_ROOT",
+    "PYTHONPATH",
+    ACTOR_WORKERS_ENV,
+)
 STOP_GRACE_SECONDS = 60  # a job sent SIGTERM stops its workers and exits; then it is killed
 
 
 @dataclass
 class Job:
-    name: str                # "deterministic/0"
-    argv: list[str]          # arguments after `reprodqn`
+    name: str  # "deterministic/0"
+    argv: list[str]  # arguments after `reprodqn`
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -58,8 +72,9 @@ class JobResult:
 class Executor(Protocol):
     """Runs a stage's jobs to the end: the local pool or Slurm."""
 
-    def run(self, jobs: Sequence[Job], label: str,
-            monitor: Callable[[], None] | None = None) -> list[JobResult]: ...
+    def run(
+        self, jobs: Sequence[Job], label: str, monitor: Callable[[], None] | None = None
+    ) -> list[JobResult]: ...
 
 
 def job_environment(threads: int) -> dict[str, str]:
@@ -70,8 +85,9 @@ def job_environment(threads: int) -> dict[str, str]:
     env.update(dict.fromkeys(isa.THREAD_ENV, str(threads)))
     env["PYTHONUNBUFFERED"] = "1"
     # a job meeting a run another process writes waits for it, then skips or resumes
-    env.setdefault(run_lock.WAIT_ENV, os.environ.get(run_lock.WAIT_ENV,
-                                                     str(run_lock.EXECUTOR_WAIT)))
+    env.setdefault(
+        run_lock.WAIT_ENV, os.environ.get(run_lock.WAIT_ENV, str(run_lock.EXECUTOR_WAIT))
+    )
     return env
 
 
@@ -97,12 +113,13 @@ class LocalExecutor:
         argv = [sys.executable, "-m", "reprodqn.cli", *job.argv]
         if self.cores and self.workers <= len(self.cores):
             share = len(self.cores) // self.workers
-            cores = self.cores[slot * share:(slot + 1) * share]
+            cores = self.cores[slot * share : (slot + 1) * share]
             argv = ["taskset", "-c", ",".join(map(str, cores)), *argv]
         return argv
 
-    def run(self, jobs: Sequence[Job], label: str,
-            monitor: Callable[[], None] | None = None) -> list[JobResult]:
+    def run(
+        self, jobs: Sequence[Job], label: str, monitor: Callable[[], None] | None = None
+    ) -> list[JobResult]:
         running: dict[int, tuple[subprocess.Popen, Job, float, Path | None]] = {}
         line = lifeline.Lifeline()
         try:
@@ -116,9 +133,12 @@ class LocalExecutor:
         results: list[JobResult] = []
         start = time.monotonic()
         total = len(jobs)
-        print(f"{label}: {total} jobs, {self.workers} workers"
-              + (f" on GPUs {','.join(self.gpus)}" if self.gpus else " on the CPU"),
-              file=sys.stderr, flush=True)
+        print(
+            f"{label}: {total} jobs, {self.workers} workers"
+            + (f" on GPUs {','.join(self.gpus)}" if self.gpus else " on the CPU"),
+            file=sys.stderr,
+            flush=True,
+        )
         while pending or running:
             for slot in range(self.workers):
                 if slot not in running and pending:
@@ -131,10 +151,13 @@ class LocalExecutor:
                         stdout = open(log, "w")  # closed when the job ends
                     env = self._slot_env(slot, job.env)
                     env[lifeline.FD_ENV] = str(line.reader.fileno())
-                    process = subprocess.Popen(self._argv(slot, job), env=env,
-                                               pass_fds=(line.reader.fileno(),),
-                                               stdout=stdout, stderr=subprocess.STDOUT
-                                               if stdout else None)
+                    process = subprocess.Popen(
+                        self._argv(slot, job),
+                        env=env,
+                        pass_fds=(line.reader.fileno(),),
+                        stdout=stdout,
+                        stderr=subprocess.STDOUT if stdout else None,
+                    )
                     if stdout:
                         stdout.close()
                     running[slot] = (process, job, time.monotonic(), log)
@@ -151,8 +174,12 @@ class LocalExecutor:
                 rate = done / elapsed
                 eta = format_duration((total - done) / rate) if rate else "?"
                 state = "done" if process.returncode == 0 else f"FAILED ({process.returncode})"
-                print(f"{label}: {job.name} {state}; {done}/{total} jobs, "
-                      f"{rate * 3600:.1f} jobs/h, ETA {eta}", file=sys.stderr, flush=True)
+                print(
+                    f"{label}: {job.name} {state}; {done}/{total} jobs, "
+                    f"{rate * 3600:.1f} jobs/h, ETA {eta}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         return results
 
 
@@ -175,6 +202,5 @@ def check(results: list[JobResult], label: str) -> None:
     """One line naming every failed job (and its log), then a non-zero exit."""
     failed = [r for r in results if r.returncode != 0]
     if failed:
-        names = ", ".join(f"{r.job.name}" + (f" (log {r.log})" if r.log else "")
-                          for r in failed)
+        names = ", ".join(f"{r.job.name}" + (f" (log {r.log})" if r.log else "") for r in failed)
         raise InputError(f"{label}: {len(failed)} of {len(results)} jobs failed: {names}")

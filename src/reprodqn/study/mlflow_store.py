@@ -100,7 +100,7 @@ def experiment_id(root: Path | None = None) -> str:
     uri = tracking_uri(root)
     mlflow.set_tracking_uri(uri)
     client = mlflow.MlflowClient()
-    database = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+    database = Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
     lock = database.with_name(database.name + ".lock") if database else None
     with file_lock(lock) if lock else contextlib.nullcontext():
         experiment = get_or_create(client, experiment_name(root), database)
@@ -120,8 +120,7 @@ def get_or_create(client, name: str, database: Path | None):
             return found
         try:  # artifacts beside the database, wherever the study workspace is
             location = (database.parent / "mlartifacts").as_uri() if database else None
-            return client.get_experiment(client.create_experiment(
-                name, artifact_location=location))
+            return client.get_experiment(client.create_experiment(name, artifact_location=location))
         except MlflowException as exc:  # another process created it first
             if getattr(exc, "error_code", "") != "RESOURCE_ALREADY_EXISTS":
                 raise
@@ -144,7 +143,8 @@ def description(root: Path) -> str:
         f"replicability verdict) and in the workspace at `{root / workspace.REPORTS}`.\n\n"
         "To verify: every run's `hashes.jsonl` is its hash chain (weights at every "
         "checkpoint, every loss); `reprodqn verify --reference OTHER` compares this "
-        "workspace with another copy or an unpacked bundle, run by run, bit for bit.")
+        "workspace with another copy or an unpacked bundle, run by run, bit for bit."
+    )
 
 
 def ui_link(base: str, experiment: str) -> str:
@@ -163,8 +163,9 @@ def print_links(uri: str, base: str) -> None:
 
 def find_run(client, experiment: str, tags: dict[str, str]):
     query = " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
-    found = client.search_runs([experiment], filter_string=query, max_results=1,
-                               order_by=["attributes.start_time ASC"])
+    found = client.search_runs(
+        [experiment], filter_string=query, max_results=1, order_by=["attributes.start_time ASC"]
+    )
     return found[0] if found else None
 
 
@@ -186,11 +187,16 @@ class RunTracker:
 
         self.client = mlflow.MlflowClient()
         self.experiment = experiment_id()
-        identity = {f"{TAG}kind": "run", f"{TAG}group": config.group,
-                    f"{TAG}run": str(config.run), f"{TAG}config_digest": config.digest(),
-                    f"{TAG}fingerprint": fingerprint}
-        parent = {"mlflow.parentRunId": os.environ[PARENT_ENV]} if os.environ.get(
-            PARENT_ENV) else {}
+        identity = {
+            f"{TAG}kind": "run",
+            f"{TAG}group": config.group,
+            f"{TAG}run": str(config.run),
+            f"{TAG}config_digest": config.digest(),
+            f"{TAG}fingerprint": fingerprint,
+        }
+        parent = (
+            {"mlflow.parentRunId": os.environ[PARENT_ENV]} if os.environ.get(PARENT_ENV) else {}
+        )
         existing = find_run(self.client, self.experiment, identity)
         if existing is not None:
             self.run_id = existing.info.run_id
@@ -201,21 +207,28 @@ class RunTracker:
             return
         seeds = config.seeds.model_dump()
         device = (conditions or {}).get("device", "cpu").split(":")[0]
-        tags = {**identity, **parent, "mlflow.runName": f"{config.group}/{config.run}",
-                f"{TAG}group_label": group_label(config.group, device,
-                                                 config.compute.cpu_reduction_order),
-                f"{TAG}algorithm": algorithm_name(config),
-                f"{TAG}seeds": json.dumps(seeds, sort_keys=True),
-                f"{TAG}device": (conditions or {}).get("device_name", "unknown"),
-                f"{TAG}git_commit": str(((conditions or {}).get("bundle") or {}).get("commit"))}
+        tags = {
+            **identity,
+            **parent,
+            "mlflow.runName": f"{config.group}/{config.run}",
+            f"{TAG}group_label": group_label(
+                config.group, device, config.compute.cpu_reduction_order
+            ),
+            f"{TAG}algorithm": algorithm_name(config),
+            f"{TAG}seeds": json.dumps(seeds, sort_keys=True),
+            f"{TAG}device": (conditions or {}).get("device_name", "unknown"),
+            f"{TAG}git_commit": str(((conditions or {}).get("bundle") or {}).get("commit")),
+        }
         run = self.client.create_run(self.experiment, tags=tags)
         self.run_id = run.info.run_id
-        params = flatten("", config.model_dump(mode="json",
-                                                exclude={"group", "run"}), {})
+        params = flatten("", config.model_dump(mode="json", exclude={"group", "run"}), {})
         from mlflow.entities import Param
 
-        self.client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in params.items()],
-                              tags=[RunTag(f"{TAG}seed.{k}", str(v)) for k, v in seeds.items()])
+        self.client.log_batch(
+            self.run_id,
+            params=[Param(k, str(v)) for k, v in params.items()],
+            tags=[RunTag(f"{TAG}seed.{k}", str(v)) for k, v in seeds.items()],
+        )
 
     def last_step(self, key: str) -> int:
         history = self.client.get_metric_history(self.run_id, key)
@@ -225,8 +238,11 @@ class RunTracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(key, float(value), now, int(step)) for key, value, step in rows
-                   if value is not None]
+        metrics = [
+            Metric(key, float(value), now, int(step))
+            for key, value, step in rows
+            if value is not None
+        ]
         if metrics:
             self.client.log_batch(self.run_id, metrics=metrics)
 
@@ -253,11 +269,16 @@ class SystemMetrics:
     def __init__(self, tracker: RunTracker):
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-        resumed = bool(tracker.client.get_metric_history(tracker.run_id,
-                                                         "system/cpu_utilization_percentage"))
+        resumed = bool(
+            tracker.client.get_metric_history(tracker.run_id, "system/cpu_utilization_percentage")
+        )
         self.monitor = SystemMetricsMonitor(
-            tracker.run_id, sampling_interval=SYSTEM_METRICS_INTERVAL, samples_before_logging=1,
-            resume_logging=resumed, tracking_uri=tracking_uri())
+            tracker.run_id,
+            sampling_interval=SYSTEM_METRICS_INTERVAL,
+            samples_before_logging=1,
+            resume_logging=resumed,
+            tracking_uri=tracking_uri(),
+        )
         self.monitor.start()
 
     def finish(self) -> None:

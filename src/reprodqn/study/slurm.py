@@ -72,8 +72,11 @@ class StudyJob(submitit.helpers.Checkpointable):
 
     def __call__(self, argv: list[str], env: dict[str, str]) -> int:
         # Slurm's and submitit's own variables stay (the GPU it gave us, how to requeue)
-        scheduler = {k: v for k, v in os.environ.items()
-                     if k.startswith(("SLURM_", "SUBMITIT_")) or k in SCHEDULER_ENVIRONMENT}
+        scheduler = {
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith(("SLURM_", "SUBMITIT_")) or k in SCHEDULER_ENVIRONMENT
+        }
         os.environ.clear()
         os.environ.update(env)
         os.environ.update(scheduler)
@@ -86,8 +89,13 @@ class StudyJob(submitit.helpers.Checkpointable):
 class SlurmExecutor:
     """Submits jobs as one Slurm job array through submitit and blocks until it finishes."""
 
-    def __init__(self, settings: LauncherSettings, cores_per_job: int, workspace: Path,
-                 entry: Callable[[list[str]], int]):
+    def __init__(
+        self,
+        settings: LauncherSettings,
+        cores_per_job: int,
+        workspace: Path,
+        entry: Callable[[list[str]], int],
+    ):
         self.settings = settings
         self.entry = entry
         self.cores_per_job = cores_per_job
@@ -104,15 +112,23 @@ class SlurmExecutor:
             credential = None
             reason = str(exc)
         if credential is None or credential.returncode != 0:
-            reason = (credential.stderr.decode().strip().splitlines() or ["no output"])[-1] \
-                if credential is not None else reason
-            raise InputError(f"launcher slurm: munge could not create a credential ({reason}); "
-                             "is the munge key installed and munged running?")
-        partitions = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True,
-                                    text=True, timeout=30).stdout.split()
+            reason = (
+                (credential.stderr.decode().strip().splitlines() or ["no output"])[-1]
+                if credential is not None
+                else reason
+            )
+            raise InputError(
+                f"launcher slurm: munge could not create a credential ({reason}); "
+                "is the munge key installed and munged running?"
+            )
+        partitions = subprocess.run(
+            ["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=30
+        ).stdout.split()
         if s.partition is not None and s.partition not in partitions:
-            raise InputError(f"launcher.yaml: partition {s.partition!r} is not a Slurm "
-                             f"partition here (have: {', '.join(sorted(partitions))})")
+            raise InputError(
+                f"launcher.yaml: partition {s.partition!r} is not a Slurm "
+                f"partition here (have: {', '.join(sorted(partitions))})"
+            )
         speed = s.steps_per_second or measured_steps_per_second
         if resume_every is not None and speed:
             minutes = resume_every / speed / 60
@@ -121,35 +137,50 @@ class SlurmExecutor:
                     f"launcher.yaml: time_limit_minutes={s.time_limit_minutes} is below one "
                     f"resume interval (train.resume_every={resume_every} steps at "
                     f"{speed:.0f} steps/s = {minutes:.0f} min): a requeued job would never "
-                    "get past its last resume point")
+                    "get past its last resume point"
+                )
 
-    def run(self, jobs: Sequence[Job], label: str,
-            monitor: Callable[[], None] | None = None) -> list[JobResult]:
-        import logging
-
-        # without Slurm accounting (sacct), submitit warns on every status poll and falls
-        # back to the jobs' result files, which is all this needs
-        logging.getLogger("submitit").setLevel(logging.ERROR)
+    def _parameters(self, label: str) -> dict:
+        """sbatch's settings for the stage's job array."""
         s = self.settings
-        executor = submitit.SlurmExecutor(folder=self.log_dir / "%j",
-                                          max_num_timeout=3)
-        parameters = dict(time=s.time_limit_minutes, cpus_per_task=s.cpus_per_run or
-                          self.cores_per_job, array_parallelism=s.array_parallelism,
-                          signal_delay_s=s.signal_delay_seconds, job_name=label.replace(" ", "-"),
-                          ntasks_per_node=1, nodes=1)
+        parameters = dict(
+            time=s.time_limit_minutes,
+            cpus_per_task=s.cpus_per_run or self.cores_per_job,
+            array_parallelism=s.array_parallelism,
+            signal_delay_s=s.signal_delay_seconds,
+            job_name=label.replace(" ", "-"),
+            ntasks_per_node=1,
+            nodes=1,
+        )
         if s.partition:
             parameters["partition"] = s.partition
         if s.account:
             parameters["account"] = s.account
         if s.gpus_per_run:
             parameters["gpus_per_node"] = s.gpus_per_run
-        executor.update_parameters(**parameters)
+        return parameters
+
+    def run(
+        self, jobs: Sequence[Job], label: str, monitor: Callable[[], None] | None = None
+    ) -> list[JobResult]:
+        import logging
+
+        # without Slurm accounting (sacct), submitit warns on every status poll and falls
+        # back to the jobs' result files, which is all this needs
+        logging.getLogger("submitit").setLevel(logging.ERROR)
+        s = self.settings
+        executor = submitit.SlurmExecutor(folder=self.log_dir / "%j", max_num_timeout=3)
+        executor.update_parameters(**self._parameters(label))
         with executor.batch():
             submitted = [executor.submit(StudyJob(self.entry), job.argv, job.env) for job in jobs]
         first = submitted[0].job_id.split("_")[0] if submitted else "-"
-        print(f"{label}: {len(jobs)} jobs submitted to Slurm as array {first}"
-              f"{' on partition ' + s.partition if s.partition else ''}; logs in "
-              f"{self.log_dir}", file=sys.stderr, flush=True)
+        print(
+            f"{label}: {len(jobs)} jobs submitted to Slurm as array {first}"
+            f"{' on partition ' + s.partition if s.partition else ''}; logs in "
+            f"{self.log_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
         start = time.monotonic()
         pending = dict(zip(submitted, jobs, strict=True))
         results: list[JobResult] = []
@@ -166,13 +197,17 @@ class SlurmExecutor:
                     code = 0
                 except Exception:  # the job failed: its log says why
                     code = 1
-                results.append(JobResult(job, code, time.monotonic() - start,
-                                         Path(handle.paths.stderr)))
+                results.append(
+                    JobResult(job, code, time.monotonic() - start, Path(handle.paths.stderr))
+                )
                 done = len(results)
                 rate = done / (time.monotonic() - start)
                 eta = format_duration((len(jobs) - done) / rate) if rate else "?"
                 state = "done" if code == 0 else "FAILED"
-                print(f"{label}: {job.name} {state} (Slurm job {handle.job_id}); "
-                      f"{done}/{len(jobs)} jobs, {rate * 3600:.1f} jobs/h, ETA {eta}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{label}: {job.name} {state} (Slurm job {handle.job_id}); "
+                    f"{done}/{len(jobs)} jobs, {rate * 3600:.1f} jobs/h, ETA {eta}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         return results

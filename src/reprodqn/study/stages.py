@@ -17,8 +17,9 @@ from reprodqn.study import mlflow_store, slurm, tracking
 from reprodqn.study.launch import Executor, Job, LocalExecutor, check, job_environment
 
 
-def study_jobs(params, stage: str, params_argv: list[str], runs: Path,
-               evaluations: Path) -> list[Job]:
+def study_jobs(
+    params, stage: str, params_argv: list[str], runs: Path, evaluations: Path
+) -> list[Job]:
     """The stage's jobs, without the runs already finished with these params and
     conditions (the job itself re-checks the conditions fingerprint)."""
     from reprodqn.config.params import resolve_run
@@ -27,29 +28,46 @@ def study_jobs(params, stage: str, params_argv: list[str], runs: Path,
     jobs = []
     for group, run in params.study.run_ids():
         config = resolve_run(params, group, run)
-        argv = [stage, "--group", group, "--run", str(run), *params_argv,
-                "--runs-dir", str(runs.resolve())]
+        argv = [
+            stage,
+            "--group",
+            group,
+            "--run",
+            str(run),
+            *params_argv,
+            "--runs-dir",
+            str(runs.resolve()),
+        ]
         if stage == "train":
-            if workspace.is_finished(workspace.run_dir(runs, group, run), config.digest(),
-                                     fingerprint):
+            if workspace.is_finished(
+                workspace.run_dir(runs, group, run), config.digest(), fingerprint
+            ):
                 continue
             argv += ["--restart", "--track"]
         else:
-            argv += ["--evaluations-dir", str(evaluations.resolve()), "--workers", "1",
-                     "--track"]
+            argv += ["--evaluations-dir", str(evaluations.resolve()), "--workers", "1", "--track"]
         jobs.append(Job(f"{group}/{run}", argv, job_environment(params.compute.threads)))
     return jobs
 
 
-def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluations: Path,
-              make_executor: Callable[[], Executor]) -> None:
+def run_study(
+    params,
+    stage: str,
+    params_argv: list[str],
+    runs: Path,
+    evaluations: Path,
+    make_executor: Callable[[], Executor],
+) -> None:
     """Run every unfinished job of the stage and wait; one line names any that failed."""
     label = f"study {stage}"
     jobs = study_jobs(params, stage, params_argv, runs, evaluations)
     total = len(params.study.run_ids())
     if len(jobs) < total:
-        print(f"{label}: {total - len(jobs)} of {total} runs already finished with these "
-              "params and conditions", file=sys.stderr)
+        print(
+            f"{label}: {total - len(jobs)} of {total} runs already finished with these "
+            "params and conditions",
+            file=sys.stderr,
+        )
     if not jobs:
         return
     executor = make_executor()
@@ -69,8 +87,7 @@ def run_study(params, stage: str, params_argv: list[str], runs: Path, evaluation
         records = {}
         for job in jobs:
             group, run = job.name.split("/")
-            records[job.name] = workspace.run_dir(runs, group, int(run)) / \
-                workspace.PROGRESS_RECORD
+            records[job.name] = workspace.run_dir(runs, group, int(run)) / workspace.PROGRESS_RECORD
         for path in records.values():  # a line left by an earlier attempt is stale
             path.unlink(missing_ok=True)
         workers = getattr(executor, "workers", None) or len(jobs)
@@ -95,26 +112,33 @@ def cpu_cost_warning(params, runs: int, workers: int, measured: float | None) ->
     hours = runs * params.train.steps / (speed * min(workers, runs)) / 3600
     if hours <= CPU_WARNING_HOURS:
         return None
-    return (f"{runs} runs of {params.train.steps:,} agent steps on the CPU, {workers} at a "
-            f"time, at about {speed:.0f} steps/s each: about {hours:,.0f} hours on this "
-            "machine. `make laptop` runs the whole study at a scale where the agents learn, "
-            "overnight on 2 cores; Ctrl-C stops this one, and rerunning resumes it.")
+    return (
+        f"{runs} runs of {params.train.steps:,} agent steps on the CPU, {workers} at a "
+        f"time, at about {speed:.0f} steps/s each: about {hours:,.0f} hours on this "
+        "machine. `make laptop` runs the whole study at a scale where the agents learn, "
+        "overnight on 2 cores; Ctrl-C stops this one, and rerunning resumes it."
+    )
 
 
-def make_executor(name: str, workers: int | None, cores_per_job: int,
-                  launcher_config: Path | None,
-                  resume_every: int | None, runs: Path,
-                  entry: Callable[[list[str]], int]) -> Executor:
+def make_executor(
+    name: str,
+    workers: int | None,
+    cores_per_job: int,
+    launcher_config: Path | None,
+    resume_every: int | None,
+    runs: Path,
+    entry: Callable[[list[str]], int],
+) -> Executor:
     """The local pool, or Slurm: a launch setting (flag, environment, launcher.yaml), never a
     param, so switching never reruns anything or changes a result."""
     if name == "local":
         return LocalExecutor(workers or default_workers(cores_per_job))
     if name != "slurm":
         raise InputError(f"--launcher {name}: expected local or slurm")
-    config = launcher_config or (Path("launcher.yaml") if Path("launcher.yaml").exists()
-                                 else None)
-    executor = slurm.SlurmExecutor(slurm.load_launcher_settings(config), cores_per_job,
-                                   Path.cwd(), entry)
+    config = launcher_config or (Path("launcher.yaml") if Path("launcher.yaml").exists() else None)
+    executor = slurm.SlurmExecutor(
+        slurm.load_launcher_settings(config), cores_per_job, Path.cwd(), entry
+    )
     executor.check(resume_every, measured_speed(runs))
     return executor
 

@@ -41,19 +41,31 @@ def track_training(events, config, run_dir: Path):
             elif isinstance(event, ProcessRecord) and tracker and event.step > last_logged:
                 record = event.record
                 scores = record["game_scores"]
-                tracker.log_metrics([
-                    ("loss", record["loss"], event.step),
-                    ("epsilon", record["epsilon"], event.step),
-                    ("steps_per_second", record["steps_per_second"], event.step),
-                    ("train_game_score", sum(scores) / len(scores) if scores else None,
-                     event.step),
-                ])
+                tracker.log_metrics(
+                    [
+                        ("loss", record["loss"], event.step),
+                        ("epsilon", record["epsilon"], event.step),
+                        ("steps_per_second", record["steps_per_second"], event.step),
+                        (
+                            "train_game_score",
+                            sum(scores) / len(scores) if scores else None,
+                            event.step,
+                        ),
+                    ]
+                )
             elif isinstance(event, Finished) and tracker:
-                tracker.log_artifacts([run_dir / name for name in (
-                    workspace.HASHES, workspace.RUN_CONFIG, workspace.CONDITIONS,
-                    workspace.DETERMINISM)])
-                tracker.log_artifacts([workspace.sbom_path(), workspace.conditions_path()],
-                                      "study")
+                tracker.log_artifacts(
+                    [
+                        run_dir / name
+                        for name in (
+                            workspace.HASHES,
+                            workspace.RUN_CONFIG,
+                            workspace.CONDITIONS,
+                            workspace.DETERMINISM,
+                        )
+                    ]
+                )
+                tracker.log_artifacts([workspace.sbom_path(), workspace.conditions_path()], "study")
             yield event
         status = "FINISHED"
     finally:
@@ -76,12 +88,21 @@ def track_evaluation(config, run_dir: Path, out_dir: Path, digest: str) -> None:
         if tracker.get_tag("eval_digest") != digest:
             scores = workspace.eval_scores(out_dir)
             probes = read_probe(out_dir)
-            tracker.log_metrics([("eval_mean_score", sum(v) / len(v), step)
-                                 for step, v in sorted(scores.items())]
-                                + [(f"probe_{key}", r[key], r["step"]) for r in probes
-                                   for key in ("q_spread", "greedy_actions", "max_q")])
-            tracker.log_artifacts([out_dir / workspace.EVAL_CSV, out_dir / workspace.EVAL_JSON,
-                                   *([out_dir / workspace.PROBE_CSV] if probes else [])])
+            tracker.log_metrics(
+                [("eval_mean_score", sum(v) / len(v), step) for step, v in sorted(scores.items())]
+                + [
+                    (f"probe_{key}", r[key], r["step"])
+                    for r in probes
+                    for key in ("q_spread", "greedy_actions", "max_q")
+                ]
+            )
+            tracker.log_artifacts(
+                [
+                    out_dir / workspace.EVAL_CSV,
+                    out_dir / workspace.EVAL_JSON,
+                    *([out_dir / workspace.PROBE_CSV] if probes else []),
+                ]
+            )
             tracker.set_tag("eval_digest", digest)
     finally:
         tracker.finish()
@@ -110,12 +131,16 @@ def study_run(params, fingerprint: str | None) -> str:
     if existing is not None:
         client.update_run(existing.info.run_id, status="RUNNING")
         return existing.info.run_id
-    tags = {**identity, "mlflow.runName": "study", f"{TAG}algorithm": algorithm_name(params),
-            f"{TAG}groups": ",".join(params.study.studied_groups()),
-            f"{TAG}runs_per_group": str(params.study.runs_per_group),
-            "mlflow.note.content": f"The study: {len(params.study.studied_groups())} groups, "
-                                   f"{len(params.study.run_ids())} runs; the report is "
-                                   "under this run's artifacts, report/report.html."}
+    tags = {
+        **identity,
+        "mlflow.runName": "study",
+        f"{TAG}algorithm": algorithm_name(params),
+        f"{TAG}groups": ",".join(params.study.studied_groups()),
+        f"{TAG}runs_per_group": str(params.study.runs_per_group),
+        "mlflow.note.content": f"The study: {len(params.study.studied_groups())} groups, "
+        f"{len(params.study.run_ids())} runs; the report is "
+        "under this run's artifacts, report/report.html.",
+    }
     return client.create_run(experiment, tags=tags).info.run_id
 
 
@@ -131,8 +156,9 @@ def log_study(params, fingerprint: str | None, metrics: dict, files: list[Path])
     digest = hashlib.sha256()
     for path in sorted(files):
         digest.update(Path(path).name.encode())
-        digest.update(Path(path).read_bytes() if Path(path).suffix in (".csv", ".md", ".json")
-                      else b"")
+        digest.update(
+            Path(path).read_bytes() if Path(path).suffix in (".csv", ".md", ".json") else b""
+        )
     if client.get_run(run_id).data.tags.get(f"{TAG}report_digest") == digest.hexdigest():
         finish_study_run(run_id)
         return run_id
@@ -144,9 +170,14 @@ def log_study(params, fingerprint: str | None, metrics: dict, files: list[Path])
     from mlflow.entities import Metric, RunTag
 
     now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in rows],
-                     tags=[RunTag(f"{TAG}replicable", str(metrics.get("replicable"))),
-                           RunTag(f"{TAG}report_digest", digest.hexdigest())])
+    client.log_batch(
+        run_id,
+        metrics=[Metric(k, float(v), now, 0) for k, v in rows],
+        tags=[
+            RunTag(f"{TAG}replicable", str(metrics.get("replicable"))),
+            RunTag(f"{TAG}report_digest", digest.hexdigest()),
+        ],
+    )
     for path in files:
         client.log_artifact(run_id, str(path), artifact_path="report")
     finish_study_run(run_id)

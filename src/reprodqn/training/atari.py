@@ -52,8 +52,15 @@ class Emulator:
     sticky actions and its seed are switched off so no hidden generator is involved). As
     in the authors' wrapper, the previous action survives reset_game unless told not to."""
 
-    def __init__(self, game: str, sticky_p: float, sticky_rng, screen_size: int,
-                 resize: str = "linear", sticky_survives_reset: bool = False):
+    def __init__(
+        self,
+        game: str,
+        sticky_p: float,
+        sticky_rng,
+        screen_size: int,
+        resize: str = "linear",
+        sticky_survives_reset: bool = False,
+    ):
         if sticky_p > 0 and sticky_rng is None:
             raise ValueError("sticky actions need a sticky stream")
         self.ale = ALEInterface()
@@ -149,9 +156,14 @@ class TrainingEnv:
 
     def __init__(self, env_config, sticky_rng, noop_rng):
         self.config = env_config
-        self.emulator = Emulator(env_config.game, env_config.sticky_p, sticky_rng,
-                                 env_config.screen_size, env_config.resize,
-                                 env_config.sticky_survives_reset)
+        self.emulator = Emulator(
+            env_config.game,
+            env_config.sticky_p,
+            sticky_rng,
+            env_config.screen_size,
+            env_config.resize,
+            env_config.sticky_survives_reset,
+        )
         self.noop_rng = noop_rng
         self.n_actions = len(self.emulator.action_set)
         self.lives = 0
@@ -196,8 +208,11 @@ class TrainingEnv:
         return emu.observe(), reward, terminal, truncated, game_over
 
     def get_state(self) -> dict:
-        return {"emulator": self.emulator.get_state(), "lives": self.lives,
-                "episode_frames": self.episode_frames}
+        return {
+            "emulator": self.emulator.get_state(),
+            "lives": self.lives,
+            "episode_frames": self.episode_frames,
+        }
 
     def set_state(self, state: dict) -> None:
         self.emulator.set_state(state["emulator"])
@@ -231,8 +246,9 @@ class FrameHistory:
         self.frames[...] = state["frames"]
 
 
-def replay_start_sequence(emulator: Emulator, history: FrameHistory, sequence,
-                          frame_skip: int) -> None:
+def replay_start_sequence(
+    emulator: Emulator, history: FrameHistory, sequence, frame_skip: int
+) -> None:
     """A fresh game, then the sequence one emulator frame per entry; a preprocessed frame
     enters the history after every `frame_skip` frames (the authors' evaluation code)."""
     emulator.reset_game()

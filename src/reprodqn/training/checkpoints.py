@@ -40,9 +40,9 @@ def sorted_header(data: bytes) -> bytes:
     a multiple of 8 bytes, as the format requires (the tensor offsets are relative to the
     data that follows the header, so they stay valid)."""
     (length,) = struct.unpack("<Q", data[:8])
-    header = json.dumps(json.loads(data[8:8 + length]), sort_keys=True, separators=(",", ":"))
+    header = json.dumps(json.loads(data[8 : 8 + length]), sort_keys=True, separators=(",", ":"))
     header += " " * (-len(header) % 8)
-    return struct.pack("<Q", len(header)) + header.encode() + data[8 + length:]
+    return struct.pack("<Q", len(header)) + header.encode() + data[8 + length :]
 
 
 def save_weights(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, object]) -> str:
@@ -81,9 +81,12 @@ def load_weights(path: Path, expected_sha256: str | None = None):
     if recorded is None:
         raise InputError(f"{path}: checkpoint carries no weights_sha256 (not written by reprodqn)")
     if actual != recorded:
-        raise InputError(f"{path}: weights hash {actual[:12]} does not match its recorded "
-                         f"{recorded[:12]} (corrupted)")
+        raise InputError(
+            f"{path}: weights hash {actual[:12]} does not match its recorded "
+            f"{recorded[:12]} (corrupted)"
+        )
     if expected_sha256 is not None and actual != expected_sha256:
-        raise InputError(f"{path}: weights hash {actual[:12]} does not match the expected "
-                         f"{expected_sha256[:12]}")
+        raise InputError(
+            f"{path}: weights hash {actual[:12]} does not match the expected {expected_sha256[:12]}"
+        )
     return tensors, metadata

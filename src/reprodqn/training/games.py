@@ -39,13 +39,17 @@ class GameStep:
 class Games:
     """A block of games (actors `first` .. `first + count - 1`) in this process."""
 
-    def __init__(self, env_config, seeds: dict[str, int], family: str, first: int,
-                 count: int):
-        self.streams = [Streams({name: seeds[name] for name in GAME_STREAMS}, family, actor)
-                        for actor in range(first, first + count)]
-        self.envs = [TrainingEnv(env_config,
-                                 streams["sticky"] if env_config.sticky_p > 0 else None,
-                                 streams["noop"]) for streams in self.streams]
+    def __init__(self, env_config, seeds: dict[str, int], family: str, first: int, count: int):
+        self.streams = [
+            Streams({name: seeds[name] for name in GAME_STREAMS}, family, actor)
+            for actor in range(first, first + count)
+        ]
+        self.envs = [
+            TrainingEnv(
+                env_config, streams["sticky"] if env_config.sticky_p > 0 else None, streams["noop"]
+            )
+            for streams in self.streams
+        ]
         self.n_actions = self.envs[0].n_actions
         self.pids: list[int] = []
 
@@ -65,8 +69,10 @@ class Games:
         return steps
 
     def get_state(self) -> list[dict]:
-        return [{"env": env.get_state(), "streams": streams.get_state()}
-                for env, streams in zip(self.envs, self.streams, strict=True)]
+        return [
+            {"env": env.get_state(), "streams": streams.get_state()}
+            for env, streams in zip(self.envs, self.streams, strict=True)
+        ]
 
     def set_state(self, states: list[dict]) -> None:
         for env, streams, state in zip(self.envs, self.streams, states, strict=True):
@@ -97,8 +103,7 @@ class GameWorkers:
     """N games in K worker processes, blocks as even as they can be; the same requests as
     Games, answered in actor order."""
 
-    def __init__(self, env_config, seeds: dict[str, int], family: str, actors: int,
-                 workers: int):
+    def __init__(self, env_config, seeds: dict[str, int], family: str, actors: int, workers: int):
         workers = min(workers, actors)
         sizes = [actors // workers + (i < actors % workers) for i in range(workers)]
         self.blocks = [(sum(sizes[:i]), size) for i, size in enumerate(sizes)]
@@ -107,9 +112,12 @@ class GameWorkers:
         try:
             for first, count in self.blocks:
                 parent, child = context.Pipe()
-                process = context.Process(target=_serve, daemon=True, name=f"game-{first}",
-                                          args=(child, env_config, seeds, family, first,
-                                                count))
+                process = context.Process(
+                    target=_serve,
+                    daemon=True,
+                    name=f"game-{first}",
+                    args=(child, env_config, seeds, family, first, count),
+                )
                 process.start()
                 child.close()  # only the worker holds its end: the pipe closes with us
                 self.conns.append(parent)
@@ -143,7 +151,7 @@ class GameWorkers:
         return [item for reply in replies for item in reply]
 
     def _split(self, items: list) -> list[list]:
-        return [items[first:first + count] for first, count in self.blocks]
+        return [items[first : first + count] for first, count in self.blocks]
 
     def begin(self) -> list[np.ndarray]:
         return self._each("begin")
@@ -171,8 +179,9 @@ class GameWorkers:
                 process.join()
 
 
-def open_games(env_config, seeds: dict[str, int], family: str, actors: int,
-               workers: int) -> Games | GameWorkers:
+def open_games(
+    env_config, seeds: dict[str, int], family: str, actors: int, workers: int
+) -> Games | GameWorkers:
     """All N games: in this process when workers is 0, else in that many processes."""
     if workers == 0:
         return Games(env_config, seeds, family, 0, actors)

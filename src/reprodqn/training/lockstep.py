@@ -40,8 +40,7 @@ class LockstepRun(RunState):
 
     replay: ActorReplay
 
-    def __init__(self, config: RunConfig, run_dir: Path, device: torch.device,
-                 workers: int = 0):
+    def __init__(self, config: RunConfig, run_dir: Path, device: torch.device, workers: int = 0):
         self.config = config
         self.dir = run_dir
         env_cfg, family = config.env, config.seeds.generator
@@ -49,20 +48,37 @@ class LockstepRun(RunState):
         n = self.actors = config.train.actors
         self.streams = Streams({"minibatch": seeds["minibatch"]}, family)
         self.exploration = [make_stream(family, seeds["exploration"], k) for k in range(n)]
-        self.games = open_games(env_cfg, {name: seeds[name] for name in GAME_STREAMS},
-                                family, n, workers)
+        self.games = open_games(
+            env_cfg, {name: seeds[name] for name in GAME_STREAMS}, family, n, workers
+        )
         self.n_actions = self.games.n_actions
         h, size = env_cfg.history_length, env_cfg.screen_size
         self.states = np.zeros((n, h, size, size), np.uint8)  # every actor's state, batched
         self.histories = [FrameHistory(h, size, self.states[k]) for k in range(n)]
-        self.replay = ActorReplay([
-            ReplayMemory(config.replay.capacity // n, h, size, config.replay.episode_time_wraps,
-                         config.agent.n_step, config.agent.discount) for _ in range(n)])
+        self.replay = ActorReplay(
+            [
+                ReplayMemory(
+                    config.replay.capacity // n,
+                    h,
+                    size,
+                    config.replay.episode_time_wraps,
+                    config.agent.n_step,
+                    config.agent.discount,
+                )
+                for _ in range(n)
+            ]
+        )
         self.agent = make_agent(
-            config.agent, n_actions=self.n_actions, history_length=h, screen_size=size,
-            device=device, init_generator=torch_generator(seeds["init"]),
-            learning_starts=config.replay.learning_starts, reward_clip=env_cfg.reward_clip,
-            reduction_order=config.compute.cpu_reduction_order)
+            config.agent,
+            n_actions=self.n_actions,
+            history_length=h,
+            screen_size=size,
+            device=device,
+            init_generator=torch_generator(seeds["init"]),
+            learning_starts=config.replay.learning_starts,
+            reward_clip=env_cfg.reward_clip,
+            reduction_order=config.compute.cpu_reduction_order,
+        )
         self.start_counters()
         self.episode_steps = [0] * n
         self.game_scores = [0] * n
@@ -80,14 +96,21 @@ class LockstepRun(RunState):
         cut = self.evaluation_cut(first)
         for k, step in enumerate(self.games.step(actions, cut)):
             self.game_scores[k] += step.reward
-            self.replay.add(k, step.frame, actions[k], self.agent.clip_reward(step.reward),
-                            step.terminal, self.episode_steps[k])
+            self.replay.add(
+                k,
+                step.frame,
+                actions[k],
+                self.agent.clip_reward(step.reward),
+                step.terminal,
+                self.episode_steps[k],
+            )
             self.episode_steps[k] += 1
             if step.next_episode is None:
                 self.histories[k].push(step.frame)
                 continue
-            self.game_scores[k] = self.episode_ended(self.game_scores[k], step.game_over
-                                                     or step.truncated or cut)
+            self.game_scores[k] = self.episode_ended(
+                self.game_scores[k], step.game_over or step.truncated or cut
+            )
             self.histories[k].reset(step.next_episode)
             self.episode_steps[k] = 0
         for t in range(first, first + self.actors):
@@ -98,10 +121,13 @@ class LockstepRun(RunState):
     def games_state(self) -> dict:
         actors = {}
         for k, game in enumerate(self.games.get_state()):
-            actors[str(k)] = {"game": game, "exploration": self.exploration[k].get_state(),
-                              "history": self.histories[k].get_state(),
-                              "episode_step": self.episode_steps[k],
-                              "game_score": self.game_scores[k]}
+            actors[str(k)] = {
+                "game": game,
+                "exploration": self.exploration[k].get_state(),
+                "history": self.histories[k].get_state(),
+                "episode_step": self.episode_steps[k],
+                "game_score": self.game_scores[k],
+            }
         return {"actors": actors}
 
     def set_games_state(self, state: dict) -> None:

@@ -58,9 +58,14 @@ def build_replay(config: RunConfig) -> ReplayMemory | PrioritizedReplay:
     env_cfg = config.env
     if config.replay.prioritized:  # before anything is allocated
         check_memory(config.replay.capacity, env_cfg.screen_size)
-    memory = ReplayMemory(config.replay.capacity, env_cfg.history_length, env_cfg.screen_size,
-                          config.replay.episode_time_wraps, config.agent.n_step,
-                          config.agent.discount)
+    memory = ReplayMemory(
+        config.replay.capacity,
+        env_cfg.history_length,
+        env_cfg.screen_size,
+        config.replay.episode_time_wraps,
+        config.agent.n_step,
+        config.agent.discount,
+    )
     return PrioritizedReplay(memory, config.priority) if config.replay.prioritized else memory
 
 
@@ -74,19 +79,25 @@ class Run(RunState):
         self.dir = run_dir
         env_cfg = config.env
         seeds = config.seeds.model_dump()
-        self.streams = Streams({name: seeds[name] for name in TRAINING_STREAMS},
-                               config.seeds.generator)
+        self.streams = Streams(
+            {name: seeds[name] for name in TRAINING_STREAMS}, config.seeds.generator
+        )
         sticky = self.streams["sticky"] if env_cfg.sticky_p > 0 else None
         self.env = TrainingEnv(env_cfg, sticky, self.streams["noop"])
         self.history = FrameHistory(env_cfg.history_length, env_cfg.screen_size)
         self.replay = build_replay(config)
         self.agent = make_agent(
-            config.agent, n_actions=self.env.n_actions, history_length=env_cfg.history_length,
-            screen_size=env_cfg.screen_size, device=device,
+            config.agent,
+            n_actions=self.env.n_actions,
+            history_length=env_cfg.history_length,
+            screen_size=env_cfg.screen_size,
+            device=device,
             init_generator=torch_generator(seeds["init"]),
-            learning_starts=config.replay.learning_starts, reward_clip=env_cfg.reward_clip,
+            learning_starts=config.replay.learning_starts,
+            reward_clip=env_cfg.reward_clip,
             priority_config=config.priority if config.replay.prioritized else None,
-            reduction_order=config.compute.cpu_reduction_order)
+            reduction_order=config.compute.cpu_reduction_order,
+        )
         self.n_actions = self.env.n_actions
         self.start_counters()
         self.episode_step = 0  # the authors' time_since_term: steps since the episode began
@@ -100,8 +111,7 @@ class Run(RunState):
         action = self.agent.act(self.history.frames, self.streams["exploration"])
         frame, reward, terminal, truncated, game_over = self.env.step(action)
         self.game_score += reward
-        self.replay.add(frame, action, self.agent.clip_reward(reward), terminal,
-                        self.episode_step)
+        self.replay.add(frame, action, self.agent.clip_reward(reward), terminal, self.episode_step)
         self.episode_step += 1
         cut = self.evaluation_cut(self.step)
         if terminal or truncated or cut:
@@ -139,41 +149,49 @@ LOGS = workspace.RUN_LOGS
 STEPPED_EVERY = 100  # agent steps between Stepped events: well under a second at any rate
 
 
-def prepare_run_dir(config: RunConfig, run_dir: Path, restart: bool,
-                    fingerprint: str) -> None:
+def prepare_run_dir(config: RunConfig, run_dir: Path, restart: bool, fingerprint: str) -> None:
     """Check an existing run directory belongs to these params and these experimental
     conditions (or discard it on request): results never mix either."""
     stale = workspace.stale_reason(run_dir, config.digest(), fingerprint)
     if stale and not restart:
-        raise InputError(f"{run_dir}: holds a run trained with {stale}; rerun with "
-                         "--restart to discard it")
+        raise InputError(
+            f"{run_dir}: holds a run trained with {stale}; rerun with --restart to discard it"
+        )
     if stale or (restart and not (run_dir / workspace.RUN_CONFIG).exists() and run_dir.exists()):
         for child in run_dir.iterdir():  # all but the lock this process holds
             if child.name != run_lock.LOCK_NAME:
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / workspace.RUN_CONFIG, {"digest": config.digest(),
-                                                "fingerprint": fingerprint,
-                                                "config": config.model_dump(mode="json")})
+    write_json(
+        run_dir / workspace.RUN_CONFIG,
+        {
+            "digest": config.digest(),
+            "fingerprint": fingerprint,
+            "config": config.model_dump(mode="json"),
+        },
+    )
 
 
-def train(config: RunConfig, run_dir: Path, restart: bool = False,
-          until: int | None = None) -> Iterator[object]:
+def train(
+    config: RunConfig, run_dir: Path, restart: bool = False, until: int | None = None
+) -> Iterator[object]:
     """Train one run to completion, resuming from its last resume point if there is one.
     With `until`, stop after that step and leave a resume point there instead (a spot-check
     of a shipped run, or a resume point to ship). The run's lock is held throughout: a
     second writer is refused, or an executor's job waits (run_lock)."""
     run_dir = Path(run_dir)
     what = f"train {config.group}/{config.run}"
-    with run_lock.hold(run_dir, what, run_lock.wait_from_env()), storage.failures(
-            what, run_dir, lambda: resume.kept_point(workspace.resume_dir(run_dir))):
+    with (
+        run_lock.hold(run_dir, what, run_lock.wait_from_env()),
+        storage.failures(what, run_dir, lambda: resume.kept_point(workspace.resume_dir(run_dir))),
+    ):
         yield from _train(config, run_dir, restart, until)
 
 
-def _train(config: RunConfig, run_dir: Path, restart: bool,
-           until: int | None) -> Iterator[object]:
-    device, applied = numerics.configure(config.compute.device, config.compute.threads,
-                                            config.compute.deterministic_gpu)
+def _train(config: RunConfig, run_dir: Path, restart: bool, until: int | None) -> Iterator[object]:
+    device, applied = numerics.configure(
+        config.compute.device, config.compute.threads, config.compute.deterministic_gpu
+    )
     conditions = provenance.collect(config.compute)
     prepare_run_dir(config, run_dir, restart, conditions["fingerprint"])
     if (run_dir / workspace.COMPLETE).exists():
@@ -196,32 +214,53 @@ def make_run(config: RunConfig, run_dir: Path, device: torch.device) -> RunState
     return LockstepRun(config, run_dir, device, actor_workers())
 
 
-def _steps(run: RunState, until: int | None) -> Iterator[object]:
+def _restore(run: RunState) -> None:
+    """The run at its latest resume point, its logs cut back to that point; or a fresh
+    start, without anything a killed first attempt left behind."""
     config, run_dir = run.config, run.dir
     if config.train.resume_every < config.train.steps:
-        storage.require_room(f"train {config.group}/{config.run}", run_dir,
-                             resume_point_bytes(run), "a resume point")
+        storage.require_room(
+            f"train {config.group}/{config.run}", run_dir, resume_point_bytes(run), "a resume point"
+        )
     offsets = run.load_resume_point()
-    if offsets is None:  # a fresh start: drop anything a killed first attempt left behind
+    if offsets is None:
         for name in LOGS:
             (run_dir / name).unlink(missing_ok=True)
         shutil.rmtree(workspace.checkpoints_dir(run_dir), ignore_errors=True)
         offsets = {name: 0 for name in LOGS}
     for name in LOGS:
         truncate(run_dir / name, offsets[name])
-    yield Started(step=run.step, total=config.train.steps, resumed=run.step > 0,
-                  learning_starts=config.replay.learning_starts)
 
-    tcfg = config.train
+
+def _end_step(run: RunState, until: int | None) -> int:
+    """The step this sitting stops at: the run's end, or `until` if it is a whole round."""
+    tcfg = run.config.train
     end = tcfg.steps if until is None else min(until, tcfg.steps)
     if run.step > end:
-        raise InputError(f"{run_dir}: its resume point is at step {run.step}, past {end}")
+        raise InputError(f"{run.dir}: its resume point is at step {run.step}, past {end}")
     if end % tcfg.actors:
-        raise InputError(f"--until {end}: with {tcfg.actors} lockstep actors a run stops "
-                         f"only after whole rounds (a multiple of train.actors)")
+        raise InputError(
+            f"--until {end}: with {tcfg.actors} lockstep actors a run stops "
+            f"only after whole rounds (a multiple of train.actors)"
+        )
+    return end
+
+
+def _steps(run: RunState, until: int | None) -> Iterator[object]:
+    config, run_dir, tcfg = run.config, run.dir, run.config.train
+    _restore(run)
+    yield Started(
+        step=run.step,
+        total=config.train.steps,
+        resumed=run.step > 0,
+        learning_starts=config.replay.learning_starts,
+    )
+    end = _end_step(run, until)
     if run.worker_pids:  # which processes stepped the games in this sitting
-        append_line(run_dir / workspace.ACTOR_WORKERS, json.dumps(
-            {"step": run.step, "actors": tcfg.actors, "pids": run.worker_pids}))
+        append_line(
+            run_dir / workspace.ACTOR_WORKERS,
+            json.dumps({"step": run.step, "actors": tcfg.actors, "pids": run.worker_pids}),
+        )
     if run.step == 0:
         yield _checkpoint(run)
     last_time, last_step = time.monotonic(), run.step
@@ -246,8 +285,10 @@ def _steps(run: RunState, until: int | None) -> Iterator[object]:
             run.save_resume_point(_log_offsets(run_dir))
             yield ResumePointWritten(run.step)
         return
-    write_json(run_dir / workspace.COMPLETE,
-               {"step": run.step, "updates": run.updates, "loss_chain_sha256": run.loss_chain})
+    write_json(
+        run_dir / workspace.COMPLETE,
+        {"step": run.step, "updates": run.updates, "loss_chain_sha256": run.loss_chain},
+    )
     shutil.rmtree(workspace.resume_dir(run_dir), ignore_errors=True)
     yield Finished(step=run.step)
 
@@ -262,8 +303,9 @@ def resume_point_bytes(run: RunState) -> int:
 
 def _log_offsets(run_dir: Path) -> dict[str, int]:
     """Each log's length now (0 before its first line: a resume point can precede it)."""
-    return {name: (run_dir / name).stat().st_size if (run_dir / name).exists() else 0
-            for name in LOGS}
+    return {
+        name: (run_dir / name).stat().st_size if (run_dir / name).exists() else 0 for name in LOGS
+    }
 
 
 def _process_record(run: RunState, rate: float) -> ProcessRecord:
@@ -286,13 +328,23 @@ def _process_record(run: RunState, rate: float) -> ProcessRecord:
 def _checkpoint(run: RunState) -> CheckpointWritten:
     run.flush_losses()
     path = workspace.checkpoint_path(run.dir, run.step)
-    digest = save_weights(path, cpu_weights(run.agent.online), {
-        "step": str(run.step), "network": run.config.agent.network,
-        "n_actions": str(run.n_actions), "history_length": str(run.config.env.history_length),
-        "screen_size": str(run.config.env.screen_size),
-        **({"dueling": "True"} if run.config.agent.dueling else {}),  # absent: a plain Q head
-    })
-    line = {"step": run.step, "weights_sha256": digest, "loss_chain_sha256": run.loss_chain,
-            "updates": run.updates}
+    digest = save_weights(
+        path,
+        cpu_weights(run.agent.online),
+        {
+            "step": str(run.step),
+            "network": run.config.agent.network,
+            "n_actions": str(run.n_actions),
+            "history_length": str(run.config.env.history_length),
+            "screen_size": str(run.config.env.screen_size),
+            **({"dueling": "True"} if run.config.agent.dueling else {}),  # absent: a plain Q head
+        },
+    )
+    line = {
+        "step": run.step,
+        "weights_sha256": digest,
+        "loss_chain_sha256": run.loss_chain,
+        "updates": run.updates,
+    }
     append_line(run.dir / workspace.HASHES, json.dumps(line, sort_keys=True))
     return CheckpointWritten(run.step, digest, run.loss_chain, run.updates, path)

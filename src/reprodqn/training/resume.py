@@ -51,8 +51,9 @@ def save(resume_dir: Path, step: int, state: dict) -> None:
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     fsync_dir(resume_dir)
-    write_json(resume_dir / workspace.RESUME_INDEX,
-               {"step": step, "directory": name, "files": files})
+    write_json(
+        resume_dir / workspace.RESUME_INDEX, {"step": step, "directory": name, "files": files}
+    )
     for old in resume_dir.iterdir():
         if old.is_dir() and old.name != name:
             shutil.rmtree(old, ignore_errors=True)
@@ -99,14 +100,17 @@ def load(resume_dir: Path, device: torch.device) -> ResumePoint | None:
         if sha256_file(path) != expected:
             raise InputError(f"{path}: SHA-256 does not match {latest_path} (corrupted)")
     tensors = load_tensors(str(point / TENSORS), device=str(device))
-    return ResumePoint(point, _decode(read_json(point / "state.json", "resume state"), point,
-                                      tensors))
+    return ResumePoint(
+        point, _decode(read_json(point / "state.json", "resume state"), point, tensors)
+    )
 
 
 def _encode(value, path: str, directory: Path, tensors: dict):
     if isinstance(value, dict):
-        return {key: _encode(item, f"{path}.{key}" if path else key, directory, tensors)
-                for key, item in value.items()}
+        return {
+            key: _encode(item, f"{path}.{key}" if path else key, directory, tensors)
+            for key, item in value.items()
+        }
     if isinstance(value, torch.Tensor):
         tensors[path] = value.detach().cpu().contiguous()
         return {TENSOR: path}

@@ -77,9 +77,11 @@ class RunState:
     def evaluation_cut(self, step: int) -> bool:
         """The authors evaluate inside training at every evaluation point after learning
         starts, then reset the game, ending the training episode (dqn/train.py ~122-127)."""
-        return (self.config.train.end_episode_at_evaluation
-                and step > self.config.replay.learning_starts
-                and step % self.config.train.checkpoint_every == 0)
+        return (
+            self.config.train.end_episode_at_evaluation
+            and step > self.config.replay.learning_starts
+            and step % self.config.train.checkpoint_every == 0
+        )
 
     def flush_losses(self) -> None:
         """Fold pending losses into the chain (batched so CUDA syncs once per flush)."""
@@ -109,12 +111,22 @@ class RunState:
     # -- exact resume: the parts' states, composed -------------------------------------------
     def get_state(self) -> dict:
         self.flush_losses()
-        counters = {"step": self.step, "updates": self.updates, "loss_chain": self.loss_chain,
-                    **self.own_counters(), "accumulators": self.acc.__dict__}
-        return {"config_digest": self.config.digest(),
-                "experiment_digest": self.config.experiment_digest(), "run": counters,
-                "streams": self.streams.get_state(), **self.games_state(),
-                "replay": self.replay.get_state(), "agent": self.agent.get_state()}
+        counters = {
+            "step": self.step,
+            "updates": self.updates,
+            "loss_chain": self.loss_chain,
+            **self.own_counters(),
+            "accumulators": self.acc.__dict__,
+        }
+        return {
+            "config_digest": self.config.digest(),
+            "experiment_digest": self.config.experiment_digest(),
+            "run": counters,
+            "streams": self.streams.get_state(),
+            **self.games_state(),
+            "replay": self.replay.get_state(),
+            "agent": self.agent.get_state(),
+        }
 
     def set_state(self, state: dict) -> None:
         counters = state["run"]
@@ -141,8 +153,11 @@ class RunState:
         raise NotImplementedError
 
     def save_resume_point(self, log_offsets: dict[str, int]) -> None:
-        resume.save(workspace.resume_dir(self.dir), self.step,
-                    {**self.get_state(), "log_offsets": log_offsets})
+        resume.save(
+            workspace.resume_dir(self.dir),
+            self.step,
+            {**self.get_state(), "log_offsets": log_offsets},
+        )
 
     def load_resume_point(self) -> dict[str, int] | None:
         """Restore from the latest resume point; returns its log offsets, or None."""
