@@ -14,6 +14,7 @@ import pytest
 import torch
 from stable_baselines3 import DQN
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.logger import Logger
 
 from reprodqn.core import workspace
 from reprodqn.envs import breakout
@@ -34,6 +35,7 @@ def learn(seed: int = 0) -> DQN:
         seed=seed,
         device="cpu",
     )
+    model.set_logger(Logger(None, []))  # SB3's default makes a log folder in /tmp per call
     return model.learn(total_timesteps=1_500)
 
 
