@@ -227,6 +227,22 @@ def _run_arguments(p, what: str) -> None:
     p.add_argument("--track", action="store_true", help=f"log the {what} to MLflow")
 
 
+def _evaluation_arguments(p) -> None:
+    """What every evaluating stage takes: its worker count and start sequences."""
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="worker processes (default: $REPRODQN_WORKERS or one per core)",
+    )
+    p.add_argument(
+        "--start-sequences",
+        type=Path,
+        default=None,
+        help="default: evaluation.start_sequences in params",
+    )
+
+
 def _add_pipeline_stages(sub) -> None:
     """The dvc.yaml stages, in data-flow order."""
     _add_start_state_stages(sub)
@@ -260,18 +276,7 @@ def _add_run_stages(sub) -> None:
     p = _stage(sub, "evaluate", "evaluate every checkpoint of runs/GROUP/RUN", cmd_evaluate)
     _run_arguments(p, "evaluation")
     p.add_argument("--evaluations-dir", type=Path, default=workspace.EVALUATIONS)
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help="worker processes (default: $REPRODQN_WORKERS or one per core)",
-    )
-    p.add_argument(
-        "--start-sequences",
-        type=Path,
-        default=None,
-        help="default: evaluation.start_sequences in params",
-    )
+    _evaluation_arguments(p)
     p = _stage(
         sub,
         "evaluate-policy",
@@ -291,18 +296,7 @@ def _add_run_stages(sub) -> None:
         required=True,
         help="where eval.csv and eval.json go (and the policy as a checkpoint)",
     )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help="worker processes (default: $REPRODQN_WORKERS or one per core)",
-    )
-    p.add_argument(
-        "--start-sequences",
-        type=Path,
-        default=None,
-        help="default: evaluation.start_sequences in params",
-    )
+    _evaluation_arguments(p)
 
 
 def _add_study_stages(sub) -> None:
