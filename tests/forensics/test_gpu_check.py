@@ -55,7 +55,11 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
     assert found["replicable"] and found["deterministic"] == {"weights": None, "losses": None}
     # updates start at step 300: the gpu group's chains part at the first checkpoint after
     assert found["gpu_group"] == {"weights": 600, "losses": 600}
+    # op by op they part in update 1, the first: the emulation's row order is drawn anew
+    parting = found["gpu_group_ops"]["first"]
+    assert parting["update"] == 1 and parting["what"] == "op output"
     assert set(found["throughput_steps_per_second"]) == {"1", "2"}
     assert "nondeterminism by design: none" in found["audit"]
     report = (out / "gpu-check.md").read_text()
     assert "**one hash chain**" in report and "they part: weights at checkpoint step 600" in report
+    assert "Op by op, over their first 20 updates: first difference: update 1 (" in report

@@ -1,7 +1,8 @@
 """`reprodqn gpu-check` (`make gpu-check`): what a user with a GPU runs first. Two runs of
 the deterministic group must give one hash chain; the gpu group's two runs (the same seeds,
-nondeterministic kernels allowed) are expected to part, and where is said; the audit runs on
-CUDA; the study's throughput is measured with 1, 2 and 4 runs sharing the GPU; a short
+nondeterministic kernels allowed) are expected to part, and where is said, by checkpoint and
+then op by op (two traces of the group's first updates, compared by trace-diff); the audit
+runs on CUDA; the study's throughput is measured with 1, 2 and 4 runs sharing the GPU; a short
 report names the GPU, driver, CUDA and cuDNN. Every run is a `reprodqn train` process of its
 own, at a short scale of the study's real network and batch. With no GPU it says so in one
 line and exits 3; `--device cpu` rehearses the same checks on the CPU, where the gpu group
@@ -19,6 +20,7 @@ from reprodqn.core.atomic import write_json, write_text
 from reprodqn.core.errors import InputError
 
 NO_GPU_EXIT = 3
+TRACE_UPDATES = 20  # enough for the first parting op: on a GPU and in the emulation, update 1
 
 
 class NoGpu(Exception):
@@ -68,6 +70,41 @@ def launch(
     return time.perf_counter() - start
 
 
+def op_parting(params: Path, overrides: list[str], out: Path, log: Path) -> dict:
+    """Where the gpu group's two runs part, op by op: its first TRACE_UPDATES updates traced
+    twice, each in a process of its own, as two runs would be, then compared."""
+    from reprodqn.forensics import trace_diff
+
+    paths = [out / f"gpu-trace-{name}.jsonl" for name in ("a", "b")]
+    for path in paths:
+        argv = [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "trace",
+            "--params",
+            str(params),
+            "--group",
+            "gpu",
+            "--run",
+            "0",
+            "--from-resume",
+            "0",
+            "--updates",
+            str(TRACE_UPDATES),
+            "--runs-dir",
+            str(out / f"trace-runs-{path.stem[-1]}"),
+            "--out",
+            str(path),
+            *(a for item in overrides for a in ("--set", item)),
+        ]
+        with open(log, "a") as sink:
+            if subprocess.run(argv, stdout=sink, stderr=sink).returncode:
+                raise InputError(f"gpu-check: tracing the gpu group failed; see {log}")
+    compared = trace_diff.compare(*paths)
+    return {"updates": TRACE_UPDATES, "first": compared["first"]}
+
+
 def first_parting(a: list[dict], b: list[dict]) -> dict:
     """The first checkpoint step at which two chains' weights, and their loss chains, differ."""
     from reprodqn.report.analysis import CHAINS, RunResult, first_divergence
@@ -101,6 +138,7 @@ def check(
         chains[group] = [
             workspace.read_hashes(workspace.run_dir(runs_dir, group, run)) for run in (0, 1)
         ]
+    ops = op_parting(params, settings, out, log)
     study = load_params(params, settings)
     audited = audit.audit(
         resolve_run(study, "deterministic", 0),
@@ -122,6 +160,7 @@ def check(
         "settings": settings,
         "deterministic": first_parting(*chains["deterministic"]),
         "gpu_group": first_parting(*chains["gpu"]),
+        "gpu_group_ops": ops,
         "audit": audit.summary(audited),
         "throughput_steps_per_second": throughput,
     }
@@ -132,6 +171,8 @@ def check(
 
 
 def report(result: dict) -> str:
+    from reprodqn.forensics import trace_diff
+
     gpu = result["gpu"]
     if gpu.get("present"):
         names = ", ".join(
@@ -163,6 +204,8 @@ def report(result: dict) -> str:
             else f"**they {parted(result['deterministic'])}**"
         ),
         f"- The gpu group's two runs, same seeds: they {parted(result['gpu_group'])}",
+        f"- Op by op, over their first {result['gpu_group_ops']['updates']} updates: "
+        + trace_diff.first_line(result["gpu_group_ops"]["first"]),
         f"- Audit on {result['device']}: {result['audit']}",
         "",
         "| runs sharing the device | agent steps/s in all | per run |",

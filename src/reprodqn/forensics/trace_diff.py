@@ -154,6 +154,25 @@ def _where(first: dict) -> str:
     return f"{first['what']}: A {first['a']}, B {first['b']}"
 
 
+def first_line(first: dict | None) -> str:
+    """One line: where two traces first part (first_difference's or start_difference's)."""
+    if first is None:
+        return "identical: every action, minibatch and op output"
+    if first["what"] == "start state":
+        shown = ", ".join(first["tensors"][:4]) + (" ..." if len(first["tensors"]) > 4 else "")
+        return (
+            f"the window starts from different states at step {first['step']:,}: "
+            f"{len(first['tensors'])} tensors differ ({shown}); the runs parted "
+            "earlier, or the resume points differ: trace an earlier window"
+        )
+    if first["update"] is None:
+        return f"identical where both ran; A has {first['a']} updates, B {first['b']}"
+    return (
+        f"first difference: update {first['update']:,} (agent step "
+        f"{first['step']:,}), {_where(first)}"
+    )
+
+
 def summary(result: dict) -> str:
     header = result["headers"][0]
     lines = [
@@ -162,28 +181,13 @@ def summary(result: dict) -> str:
         "updates"
     ]
     first = result["first"]
-    if first is None:
-        lines.append("identical: every action, minibatch and op output")
-    elif first["what"] == "start state":
-        shown = ", ".join(first["tensors"][:4]) + (" ..." if len(first["tensors"]) > 4 else "")
+    lines.append(first_line(first))
+    if first is not None and first["what"] == "op output":
         lines.append(
-            f"the window starts from different states at step {first['step']:,}: "
-            f"{len(first['tensors'])} tensors differ ({shown}); the runs parted "
-            "earlier, or the resume points differ: trace an earlier window"
+            f"  A {first['a']}  B {first['b']}; every earlier op, action and "
+            "minibatch index identical"
         )
-    elif first["update"] is None:
-        lines.append(f"identical where both ran; A has {first['a']} updates, B {first['b']}")
-    else:
-        lines.append(
-            f"first difference: update {first['update']:,} (agent step "
-            f"{first['step']:,}), {_where(first)}"
-        )
-        if first["what"] == "op output":
-            lines.append(
-                f"  A {first['a']}  B {first['b']}; every earlier op, action and "
-                "minibatch index identical"
-            )
-            lines += [f"  then: {text}" for text in first["later_ops_differing"]]
+        lines += [f"  then: {text}" for text in first["later_ops_differing"]]
     for key, (a, b) in result["compute_differing"].items():
         lines.append(f"compute.{key}: A {a}, B {b}")
     if result["numerics_differing"]:
