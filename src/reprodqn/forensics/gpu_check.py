@@ -2,7 +2,8 @@
 the deterministic group must give one hash chain; the gpu group's two runs (the same seeds,
 nondeterministic kernels allowed) are expected to part, and where is said, by checkpoint and
 then op by op (two traces of the group's first updates, compared by trace-diff); the audit
-runs on CUDA; the study's throughput is measured with 1, 2 and 4 runs sharing the GPU; a short
+runs on CUDA; the study's throughput is measured with 1, 2 and 4 runs sharing the GPU, each
+of which must give the deterministic pair's chain (sharing is a launch setting); a short
 report names the GPU, driver, CUDA and cuDNN. Every run is a `reprodqn train` process of its
 own, at a short scale of the study's real network and batch. With no GPU it says so in one
 line and exits 3; `--device cpu` rehearses the same checks on the CPU, where the gpu group
@@ -20,6 +21,7 @@ from reprodqn.core.atomic import write_json, write_text
 from reprodqn.core.errors import InputError
 
 NO_GPU_EXIT = 3
+NEVER = {"weights": None, "losses": None}  # first_parting of two equal chains
 TRACE_UPDATES = 20  # enough for the first parting op: on a GPU and in the emulation, update 1
 
 
@@ -146,12 +148,16 @@ def check(
         out / workspace.AUDIT,
         out / "audit-scratch",
     )
-    throughput = {}
+    throughput, sharing_parted = {}, {}
     for k in sharing:
-        seconds = launch(
-            [("deterministic", i) for i in range(k)], params, settings, out / f"sharing-{k}", log
-        )
+        runs_dir = out / f"sharing-{k}"
+        seconds = launch([("deterministic", i) for i in range(k)], params, settings, runs_dir, log)
         throughput[k] = k * steps / seconds
+        for i in range(k):  # the same seeds as the pair: the same chain, however many share
+            chain = workspace.read_hashes(workspace.run_dir(runs_dir, "deterministic", i))
+            found = first_parting(chains["deterministic"][0], chain)
+            if found != NEVER:
+                sharing_parted[f"{k} sharing, run {i}"] = found
     result = {
         "device": device,
         "gpu": provenance.gpu_info(),
@@ -163,59 +169,78 @@ def check(
         "gpu_group_ops": ops,
         "audit": audit.summary(audited),
         "throughput_steps_per_second": throughput,
+        "sharing_parted": sharing_parted,
     }
-    result["replicable"] = result["deterministic"] == {"weights": None, "losses": None}
+    result["replicable"] = result["deterministic"] == NEVER and not sharing_parted
     write_json(out / "gpu-check.json", result)
     write_text(out / "gpu-check.md", report(result))
     return result
 
 
+def _machine(result: dict) -> str:
+    gpu = result["gpu"]
+    if not gpu.get("present"):
+        return f"no GPU: rehearsed on the CPU, torch {result['torch']}"
+    names = ", ".join(f"{d['name']} (compute capability {d['capability']})" for d in gpu["devices"])
+    return (
+        f"{names}; driver {gpu.get('driver') or 'unknown'}, CUDA "
+        f"{gpu.get('cuda')}, cuDNN {gpu.get('cudnn')}, torch {result['torch']}"
+    )
+
+
+def _parted(found: dict, steps: int) -> str:
+    if found == NEVER:
+        return f"never part in {steps:,} steps"
+    return (
+        f"part: weights at checkpoint step {found['weights']}, loss chain at "
+        f"checkpoint step {found['losses']}"
+    )
+
+
+def _throughput_lines(result: dict) -> list[str]:
+    rates = result["throughput_steps_per_second"]
+    lines = ["| runs sharing the device | agent steps/s in all | per run |", "|---|---|---|"]
+    lines += [f"| {k} | {rate:.1f} | {rate / int(k):.1f} |" for k, rate in rates.items()]
+    if result["device"] == "cuda" and not result["sharing_parted"]:
+        best = max(rates, key=lambda k: rates[k])
+        lines += [
+            "",
+            f"Most agent steps per second with {best} runs sharing the GPU: for a study, "
+            f"`REPRODQN_WORKERS` = {best} x the GPUs (the default is one per GPU). It is a "
+            "launch setting: each run's chain is the same however many share.",
+        ]
+    return lines
+
+
 def report(result: dict) -> str:
     from reprodqn.forensics import trace_diff
 
-    gpu = result["gpu"]
-    if gpu.get("present"):
-        names = ", ".join(
-            f"{d['name']} (compute capability {d['capability']})" for d in gpu["devices"]
-        )
-        machine = (
-            f"{names}; driver {gpu.get('driver') or 'unknown'}, CUDA "
-            f"{gpu.get('cuda')}, cuDNN {gpu.get('cudnn')}, torch {result['torch']}"
-        )
-    else:
-        machine = f"no GPU: rehearsed on the CPU, torch {result['torch']}"
-
-    def parted(found):
-        if found["weights"] is None and found["losses"] is None:
-            return f"never part in {result['steps']:,} steps"
-        return (
-            f"part: weights at checkpoint step {found['weights']}, loss chain at "
-            f"checkpoint step {found['losses']}"
-        )
-
+    steps = result["steps"]
+    pair = result["deterministic"]
+    shared = result["sharing_parted"]
     lines = [
         "# gpu-check",
         "",
-        f"- Device: {result['device']}. {machine}.",
+        f"- Device: {result['device']}. {_machine(result)}.",
         "- Two deterministic runs, same seeds, each in its own process: "
+        + ("**one hash chain**" if pair == NEVER else f"**they {_parted(pair, steps)}**"),
+        "- The same runs sharing the device, "
+        + ", ".join(str(k) for k in result["throughput_steps_per_second"])
+        + " at a time: "
         + (
-            "**one hash chain**"
-            if result["replicable"]
-            else f"**they {parted(result['deterministic'])}**"
+            "**the same chain**"
+            if not shared
+            else "**they part**: "
+            + "; ".join(f"{name} {_parted(found, steps)}" for name, found in shared.items())
         ),
-        f"- The gpu group's two runs, same seeds: they {parted(result['gpu_group'])}",
+        f"- The gpu group's two runs, same seeds: they {_parted(result['gpu_group'], steps)}",
         f"- Op by op, over their first {result['gpu_group_ops']['updates']} updates: "
         + trace_diff.first_line(result["gpu_group_ops"]["first"]),
         f"- Audit on {result['device']}: {result['audit']}",
         "",
-        "| runs sharing the device | agent steps/s in all | per run |",
-        "|---|---|---|",
-    ]
-    for k, rate in result["throughput_steps_per_second"].items():
-        lines.append(f"| {k} | {rate:.1f} | {rate / int(k):.1f} |")
-    lines += [
+        *_throughput_lines(result),
         "",
-        f"Each run: {result['steps']:,} agent steps at `{' '.join(result['settings'])}` "
+        f"Each run: {steps:,} agent steps at `{' '.join(result['settings'])}` "
         "(start-up and replay filling included).",
         "",
     ]
