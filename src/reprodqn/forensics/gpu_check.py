@@ -45,21 +45,26 @@ def scale(steps: int) -> list[str]:
     ]
 
 
-def launch(
-    runs: list[tuple[str, int]], params: Path, overrides: list[str], runs_dir: Path, log: Path
-) -> float:
-    """Train these runs at once, each in its own process; seconds until the last ends."""
-    argv = [
+def command(name: str, params: Path, overrides: list[str], runs_dir: Path) -> list[str]:
+    """A `reprodqn NAME` process over these params and overrides, runs kept in runs_dir."""
+    return [
         sys.executable,
         "-m",
         "reprodqn.cli",
-        "train",
+        name,
         "--params",
         str(params),
         "--runs-dir",
         str(runs_dir),
         *(a for item in overrides for a in ("--set", item)),
     ]
+
+
+def launch(
+    runs: list[tuple[str, int]], params: Path, overrides: list[str], runs_dir: Path, log: Path
+) -> float:
+    """Train these runs at once, each in its own process; seconds until the last ends."""
+    argv = command("train", params, overrides, runs_dir)
     start = time.perf_counter()
     with open(log, "a") as out:
         procs = [
@@ -77,29 +82,12 @@ def op_parting(params: Path, overrides: list[str], out: Path, log: Path) -> dict
     twice, each in a process of its own, as two runs would be, then compared."""
     from reprodqn.forensics import trace_diff
 
-    paths = [out / f"gpu-trace-{name}.jsonl" for name in ("a", "b")]
-    for path in paths:
-        argv = [
-            sys.executable,
-            "-m",
-            "reprodqn.cli",
-            "trace",
-            "--params",
-            str(params),
-            "--group",
-            "gpu",
-            "--run",
-            "0",
-            "--from-resume",
-            "0",
-            "--updates",
-            str(TRACE_UPDATES),
-            "--runs-dir",
-            str(out / f"trace-runs-{path.stem[-1]}"),
-            "--out",
-            str(path),
-            *(a for item in overrides for a in ("--set", item)),
-        ]
+    paths = []
+    for name in ("a", "b"):
+        paths.append(out / f"gpu-trace-{name}.jsonl")
+        argv = command("trace", params, overrides, out / f"trace-runs-{name}")
+        argv += ["--group", "gpu", "--run", "0", "--from-resume", "0"]
+        argv += ["--updates", str(TRACE_UPDATES), "--out", str(paths[-1])]
         with open(log, "a") as sink:
             if subprocess.run(argv, stdout=sink, stderr=sink).returncode:
                 raise InputError(f"gpu-check: tracing the gpu group failed; see {log}")
