@@ -65,3 +65,34 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
     assert "**one hash chain**" in report and "they part: weights at checkpoint step 600" in report
     assert "Op by op, over their first 20 updates: first difference: update 1 (" in report
     assert "sharing the device, 1, 2 at a time: **the same chain**" in report
+
+
+def gpu_result(rates: dict, sharing_parted: dict) -> dict:
+    never = {"weights": None, "losses": None}
+    return {
+        "device": "cuda",
+        "gpu": {"present": True, "devices": [{"name": "GPU", "capability": "9.0"}]},
+        "torch": "2.13.0",
+        "steps": 3000,
+        "settings": [],
+        "deterministic": never,
+        "gpu_group": {"weights": 1000, "losses": 1000},
+        "gpu_group_ops": {"updates": 20, "first": None},
+        "audit": "audit",
+        "throughput_steps_per_second": rates,
+        "sharing_parted": sharing_parted,
+    }
+
+
+def test_on_a_gpu_it_recommends_the_sharing_that_pays_only_when_sharing_keeps_the_chain():
+    from reprodqn.forensics.gpu_check import report
+
+    best_inside = report(gpu_result({1: 190.0, 2: 350.0, 4: 340.0}, {}))
+    assert "with 2 runs sharing the GPU: for a study, `REPRODQN_WORKERS` = 2 x" in best_inside
+    assert "tries more" not in best_inside
+    best_last = report(gpu_result({1: 190.0, 2: 350.0, 4: 600.0}, {}))
+    assert "with 4 runs sharing" in best_last and "`--sharing 4 8` tries more" in best_last
+    parted = {"4 sharing, run 3": {"weights": 1000, "losses": 1000}}
+    unsafe = report(gpu_result({1: 190.0, 2: 350.0, 4: 600.0}, parted))
+    assert "REPRODQN_WORKERS" not in unsafe
+    assert "**they part**: 4 sharing, run 3 part: weights at checkpoint step 1000" in unsafe

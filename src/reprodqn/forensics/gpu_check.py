@@ -195,7 +195,13 @@ def _throughput_lines(result: dict) -> list[str]:
             "",
             f"Most agent steps per second with {best} runs sharing the GPU: for a study, "
             f"`REPRODQN_WORKERS` = {best} x the GPUs (the default is one per GPU). It is a "
-            "launch setting: each run's chain is the same however many share.",
+            "launch setting: each run's chain is the same however many share."
+            + (
+                f" {best} is the most this check tried: `--sharing {best} {2 * int(best)}` "
+                "tries more."
+                if int(best) == max(int(k) for k in rates)
+                else ""
+            ),
         ]
     return lines
 
