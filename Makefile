@@ -135,11 +135,13 @@ bench: $(STAMP)
 	$(BIN)/python bench/determinism_overhead.py
 	$(BIN)/python bench/optimizer_step.py
 
-# The docs' generated tables: the module table, from the package's own docstrings, and the
-# parameter reference, from the params models' descriptions (tests check both).
+# The docs' generated tables: the module table, from the package's own docstrings, the
+# parameter reference, from the params models' descriptions, and the command list, from
+# the parser's help (tests check all three).
 docs-tables: $(STAMP)
 	$(BIN)/python -m tools.module_table
 	$(BIN)/python -m tools.params_reference
+	$(BIN)/python -m tools.cli_table
 
 # dvc.yaml's code dependencies, from the import graph (a test checks them).
 dvc-deps: $(STAMP)

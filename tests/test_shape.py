@@ -12,6 +12,7 @@ import re
 import pytest
 
 from tests.helpers import ROOT
+from tools.cli_table import COMMAND_TABLE, command_table, subcommands
 from tools.module_table import MODULE_TABLE, PAGE, module_table
 from tools.package_graph import (
     PACKAGE,
@@ -179,6 +180,19 @@ def test_the_parameter_reference_is_generated_from_the_params_models():
         "docs/parameters.md is stale: run make docs-tables"
     )
     assert "| `replay.capacity` |" in parameters_page()
+
+
+def test_the_command_page_lists_every_subcommand_from_the_parser():
+    """docs/cli.md's command list is the parser's help, current: a subcommand added without
+    `make docs-tables` fails here."""
+    from reprodqn.cli.main import build_parser
+
+    found = COMMAND_TABLE.search((ROOT / "docs" / "cli.md").read_text())
+    assert found, "docs/cli.md has no <!-- commands --> list"
+    assert found.group(2) == command_table(), "docs/cli.md is stale: run make docs-tables"
+    listed = {command for command, _, _ in subcommands(build_parser())}
+    assert {"train", "study", "start-states import", "trace-diff", "gpu-check"} <= listed
+    assert "start-states" not in listed  # a group, listed by its leaves
 
 
 def test_every_name_in_the_paper_map_resolves():
