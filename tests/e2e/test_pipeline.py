@@ -186,6 +186,10 @@ def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
         assert probe[0] == "step,q_spread,greedy_actions,max_q" and len(probe) == 1 + 4
     assert "## Is the network looking at the screen?" in report
     assert (root / "reports" / "figure_probe.png").exists()
+    # DVC tracks every file the report writes: a deleted or edited one reruns the stage
+    stage = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]["report"]
+    declared = {name for out in stage["outs"] + stage["metrics"] for name in out}
+    assert {f"reports/{path.name}" for path in (root / "reports").iterdir()} == declared
     plots = json.loads(dvc(root, "plots", "show", "--json").stdout)
     assert "reports/learning_curves.csv" in json.dumps(plots)
 
