@@ -1,5 +1,5 @@
 """Why one greedy action costs what it does: the batch-1 forward of the study's network
-under the AVX2 floor, layer by layer, with the kernel torch picks for each, its FLOPs and
+at the default floor, layer by layer, with the kernel torch picks for each, its FLOPs and
 the bytes of weights it must read; and the acting path's own overhead (tensor
 construction, scaling, argmax) against a preallocated-input variant with the same bits.
 
@@ -17,12 +17,24 @@ import common
 import numpy as np
 import torch
 from torch.profiler import profile
-from torch.utils.flop_counter import FlopCounterMode
 
 from reprodqn.determinism import numerics
 from reprodqn.dqn.network import build_q_network
 
-KERNELS = ("aten::mkldnn_convolution", "aten::_slow_conv2d_forward", "aten::addmm", "aten::mm")
+KERNELS = (
+    "aten::mkldnn_convolution",
+    "aten::mkldnn_linear",
+    "aten::_slow_conv2d_forward",
+    "aten::addmm",
+    "aten::mm",
+)
+
+
+def multiply_adds(layer, out: torch.Tensor) -> int:
+    """FLOPs of a convolution or linear layer, 2 per multiply-add (counted from the shapes:
+    torch's FlopCounterMode does not count the oneDNN ops the network calls)."""
+    weight = getattr(layer, "weight", None)
+    return 0 if weight is None else 2 * out.numel() * weight[0].numel()
 
 
 def kernel_of(layer, x) -> str:
@@ -77,9 +89,7 @@ def main() -> None:
         x = torch.from_numpy(state).unsqueeze(0).float().div_(255.0)
         for index, layer in enumerate(net.layers):
             ms = 1e3 * common.per_call_seconds(lambda layer=layer, x=x: layer(x), args.seconds / 4)
-            with FlopCounterMode(display=False) as counter:
-                layer(x)
-            flops = counter.get_total_flops()
+            flops = multiply_adds(layer, layer(x))
             weights = sum(p.numel() * p.element_size() for p in layer.parameters())
             name = f"{index} {type(layer).__name__} {tuple(x.shape[1:])}"
             rows.append((name, kernel_of(layer, x), ms, flops, weights))
