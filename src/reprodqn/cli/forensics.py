@@ -1,7 +1,8 @@
 """The forensic commands: check a replication against a shipped study (`verify`, its
 spot-check `--rerun`, and the `resume-point`s a bundle ships), and find where and why it
-parts (`trace`, `trace-diff`), and what determinism rests on (`audit`). Thin layers over
-verify, rerun, trace, trace_diff and audit."""
+parts (`trace`, `trace-diff`), what determinism rests on (`audit`), and whether a GPU
+keeps it (`gpu-check`). Thin layers over verify, rerun, trace, trace_diff, audit and
+gpu_check."""
 
 from __future__ import annotations
 

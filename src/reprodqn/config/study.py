@@ -48,7 +48,7 @@ class StudyConfig(Frozen):
     runs_per_group: PositiveInt = Field(5, description="Agents trained per group.")
     groups: dict[str, GroupConfig] = Field(description="The six groups of the paper.")
     left_out: list[str] = Field(
-        default_factory=list, description="Groups not trained (the gpu group on a CPU)."
+        default_factory=list, description="Groups not trained (none by default)."
     )
 
     @model_validator(mode="after")
