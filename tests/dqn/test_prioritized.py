@@ -18,7 +18,7 @@ from reprodqn.determinism.rng import AuthorsStream
 from reprodqn.dqn import priority_rule
 from reprodqn.dqn.prioritized_replay import PrioritizedReplay, check_memory
 from reprodqn.dqn.replay import ReplayMemory
-from tests.helpers import PARAMS, TINY, cli_env, label
+from tests.helpers import PARAMS, TINY, cli_env, label, train_command
 
 
 def filled(capacity=400, steps=400, n_step=1, alpha=0.6, eta=0.0, episode=50):
@@ -200,22 +200,8 @@ def test_unknown_preset_and_unfitting_capacity_are_one_line_and_exit_2(tmp_path)
         "expected one of adam, authors-2018, deepmind-2015, double, dueling, laptop, per, "
         "r2d2-priority, smoke" in result.stderr
     )
-    command = [
-        sys.executable,
-        "-m",
-        "reprodqn.cli",
-        "train",
-        "--group",
-        "deterministic",
-        "--run",
-        "0",
-        "--params",
-        str(PARAMS),
-        "--runs-dir",
-        str(tmp_path),
-    ]
-    for item in [*TINY, "replay.prioritized=true", "replay.capacity=100000000000"]:
-        command += ["--set", item]
+    overrides = [*TINY, "replay.prioritized=true", "replay.capacity=100000000000"]
+    command = train_command(tmp_path, overrides)
     result = subprocess.run(command, capture_output=True, text=True, env=cli_env())
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr

@@ -28,6 +28,7 @@ from tests.helpers import (
     TINY,
     cli_env,
     stop_after_first_resume_point,
+    train_command,
     train_tiny,
 )
 
@@ -276,29 +277,16 @@ def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_chain(tmp_path
     """Kill a real `reprodqn train` process, run the same command again, compare chains;
     with the authors' optimizer and with each one whose state the resume point must hold."""
     overrides = [*TINY, "train.steps=1200", "train.resume_every=250", *optimizer]
-    command = [
-        sys.executable,
-        "-m",
-        "reprodqn.cli",
-        "train",
-        "--group",
-        "deterministic",
-        "--run",
-        "0",
-        "--params",
-        str(PARAMS),
-    ]
-    for item in overrides:
-        command += ["--set", item]
     uninterrupted = tmp_path / "uninterrupted"
     subprocess.run(
-        [*command, "--runs-dir", str(uninterrupted)], check=True, capture_output=True, env=cli_env()
+        train_command(uninterrupted, overrides), check=True, capture_output=True, env=cli_env()
     )
 
     killed = tmp_path / "killed"
     run_dir = killed / "deterministic" / "0"
+    command = train_command(killed, overrides)
     process = subprocess.Popen(
-        [*command, "--runs-dir", str(killed)],
+        command,
         env=cli_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -318,9 +306,7 @@ def test_sigkill_at_any_moment_then_rerun_gives_the_uninterrupted_chain(tmp_path
     process.wait()
     assert not (run_dir / "complete.json").exists()
 
-    rerun = subprocess.run(
-        [*command, "--runs-dir", str(killed)], capture_output=True, text=True, env=cli_env()
-    )
+    rerun = subprocess.run(command, capture_output=True, text=True, env=cli_env())
     assert rerun.returncode == 0, rerun.stderr
     if when.startswith("after"):
         assert "resumed at step" in rerun.stderr
