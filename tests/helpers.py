@@ -61,17 +61,19 @@ def stop_after_first_resume_point(params, run_dir: Path) -> int:
     raise AssertionError("no resume point written")
 
 
-def train_command(runs: Path, overrides: list[str]) -> list[str]:
-    """`reprodqn train` of deterministic/0 into `runs`, as a subprocess's argv."""
+def train_command(
+    runs: Path, overrides: list[str], group: str = "deterministic", run: int = 0
+) -> list[str]:
+    """`reprodqn train` of GROUP/RUN (deterministic/0) into `runs`, as a subprocess's argv."""
     argv = [
         sys.executable,
         "-m",
         "reprodqn.cli",
         "train",
         "--group",
-        "deterministic",
+        group,
         "--run",
-        "0",
+        str(run),
         "--params",
         str(PARAMS),
         "--runs-dir",

@@ -239,29 +239,16 @@ def test_prioritized_run_killed_after_many_tree_updates_resumes_to_the_uninterru
         "priority.alpha=0.9",
         "priority.importance_weights=false",
     ]
-    command = [
-        sys.executable,
-        "-m",
-        "reprodqn.cli",
-        "train",
-        "--group",
-        "minibatch",
-        "--run",
-        "1",
-        "--params",
-        str(PARAMS),
-    ]
-    for item in overrides:
-        command += ["--set", item]
+    command = train_command(tmp_path / "killed", overrides, "minibatch", 1)
     subprocess.run(
-        [*command, "--runs-dir", str(tmp_path / "whole")],
+        train_command(tmp_path / "whole", overrides, "minibatch", 1),
         check=True,
         capture_output=True,
         env=cli_env(),
     )
     run_dir = tmp_path / "killed" / "minibatch" / "1"
     process = subprocess.Popen(
-        [*command, "--runs-dir", str(tmp_path / "killed")],
+        command,
         env=cli_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -274,7 +261,7 @@ def test_prioritized_run_killed_after_many_tree_updates_resumes_to_the_uninterru
     process.send_signal(signal.SIGKILL)
     process.wait()
     rerun = subprocess.run(
-        [*command, "--runs-dir", str(tmp_path / "killed")],
+        command,
         capture_output=True,
         text=True,
         env=cli_env(),

@@ -328,22 +328,9 @@ def test_nature_network_run_killed_three_times_ends_on_the_uninterrupted_chain(t
         "train.resume_every=500",
         "agent.target_sync_every=1000",
     ]
-    command = [
-        sys.executable,
-        "-m",
-        "reprodqn.cli",
-        "train",
-        "--group",
-        "minibatch",
-        "--run",
-        "3",
-        "--params",
-        str(PARAMS),
-    ]
-    for item in overrides:
-        command += ["--set", item]
+    command = train_command(tmp_path / "killed", overrides, "minibatch", 3)
     subprocess.run(
-        [*command, "--runs-dir", str(tmp_path / "whole")],
+        train_command(tmp_path / "whole", overrides, "minibatch", 3),
         check=True,
         capture_output=True,
         env=cli_env(),
@@ -352,7 +339,7 @@ def test_nature_network_run_killed_three_times_ends_on_the_uninterrupted_chain(t
     rng = random.Random()
     for _ in range(3):
         process = subprocess.Popen(
-            [*command, "--runs-dir", str(tmp_path / "killed")],
+            command,
             env=cli_env(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -361,7 +348,7 @@ def test_nature_network_run_killed_three_times_ends_on_the_uninterrupted_chain(t
         process.send_signal(signal.SIGKILL)
         process.wait()
     subprocess.run(
-        [*command, "--runs-dir", str(tmp_path / "killed")],
+        command,
         check=True,
         capture_output=True,
         env=cli_env(),
