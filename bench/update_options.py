@@ -1,5 +1,5 @@
 """One Q-learning update of the study's network (Nature, batch 32, RMSprop, float64
-targets) under the AVX2 floor, taken apart: where its time goes, its FLOPs against the
+targets) at the default floor, taken apart: where its time goes, its FLOPs against the
 machine's AVX2 FP32 peak, and what each speed option tried buys and whether it keeps the
 bits.
 
@@ -180,10 +180,22 @@ def nan_fill(agent):
         torch.utils.deterministic.fill_uninitialized_memory = False
 
 
+@contextlib.contextmanager
+def six_kernel_rmsprop(agent):
+    """Kept, shown reverted: the RMSprop step as torch's six elementwise kernels, not the
+    one pass of dqn.fused_step."""
+    agent.optimizer.one_pass = False
+    try:
+        yield
+    finally:
+        agent.optimizer.one_pass = True
+
+
 # "(reverted)": a change the agent has kept, undone here to show what it bought
 OPTIONS = {
     "(reverted) NaN fill of new tensors": nan_fill,
     "(reverted) input scaled out of place": out_of_place_scaling,
+    "(reverted) RMSprop as torch's six kernels": six_kernel_rmsprop,
     "target forward under inference_mode": target_inference_mode,
     "channels-last (NHWC) networks and inputs": channels_last,
     "convolutions chained in oneDNN's layout": onednn_layout,

@@ -55,6 +55,7 @@ REPORTED_PACKAGES = (
     "dvc",
     "submitit",
     "nvidia-ml-py",
+    "numba",  # the one-pass RMSprop step: IEEE operations only, so not in the fingerprint
 )
 IMAGE_ENV = ("REPRODQN_IMAGE", "REPRODQN_IMAGE_DIGEST", "REPRODQN_IMAGE_TORCH")
 

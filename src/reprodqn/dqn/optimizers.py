@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from reprodqn.dqn import fused_step
 from reprodqn.dqn.settings import AgentSettings
 
 
@@ -57,7 +58,12 @@ def _state(optimizer: torch.optim.Optimizer, param: torch.Tensor, *names: str) -
 class RMSprop(torch.optim.RMSprop):
     """torch.optim.RMSprop (uncentred, no momentum), the same arithmetic in the same order,
     the square average clamped to the exact floor before its root (module docstring).
-    Bit-identical to torch's RMSprop with a correctly rounded root (tests/dqn/test_agent.py)."""
+    Bit-identical to torch's RMSprop with a correctly rounded root (tests/dqn/test_agent.py).
+    On the CPU the step is one pass over memory (dqn.fused_step), with the same bits as
+    torch's six kernels; `one_pass = False` runs those kernels instead (`reprodqn trace`
+    does, to record each op)."""
+
+    one_pass = True
 
     def __init__(self, params, lr: float, alpha: float, eps: float):
         super().__init__(params, lr=lr, alpha=alpha, eps=eps, foreach=False)
@@ -73,6 +79,11 @@ class RMSprop(torch.optim.RMSprop):
                 state = _state(self, param, "square_avg")
                 grad, square_avg = param.grad, state["square_avg"]
                 state["step"] += 1
+                if self.one_pass and fused_step.fusable(param, grad, square_avg):
+                    fused_step.rmsprop_step_(
+                        param, grad, square_avg, alpha=alpha, eps=eps, lr=lr, floor=floor
+                    )
+                    continue
                 square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
                 avg = ieee_sqrt_(square_avg.clamp_min(floor)).add_(eps)
                 param.addcdiv_(grad, avg, value=-lr)

@@ -164,6 +164,8 @@ class Window:
         agent.act_lockstep = traced_act_lockstep
         agent.optimizer.register_step_pre_hook(before_step)
         agent.optimizer.register_step_post_hook(after_step)
+        # the step as torch's own kernels, one recorded op each (the same bits as one pass)
+        agent.optimizer.one_pass = False
 
 
 def record(run, updates: int, out: Path, header: dict, progress=None) -> dict:
