@@ -13,7 +13,7 @@ import torch
 
 from reprodqn.dqn import fused_step
 from reprodqn.dqn.network import build_q_network
-from reprodqn.dqn.optimizers import RMSprop, exact_sqrt_floor
+from reprodqn.dqn.optimizers import RMSprop, exact_sqrt_floor, ieee_sqrt_
 from tests.helpers import ROOT, cli_env
 
 SETTINGS = {"alpha": 0.95, "eps": 0.01, "lr": 2.5e-4}  # params.yaml's authors' RMSprop
@@ -22,9 +22,7 @@ SETTINGS = {"alpha": 0.95, "eps": 0.01, "lr": 2.5e-4}  # params.yaml's authors' 
 def torch_kernels_(param, grad, square_avg, *, alpha, eps, lr, floor) -> None:
     """RMSprop.step's torch path, written out: the reference the loop must match."""
     square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-    root = square_avg.clamp_min(floor).numpy()
-    np.sqrt(root, out=root)
-    param.addcdiv_(grad, torch.from_numpy(root).add_(eps), value=-lr)
+    param.addcdiv_(grad, ieee_sqrt_(square_avg.clamp_min(floor)).add_(eps), value=-lr)
 
 
 def gradients(rng: np.random.Generator, size: int) -> torch.Tensor:

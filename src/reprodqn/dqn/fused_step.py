@@ -17,9 +17,9 @@ portable floor make them:
 Every one is a correctly rounded IEEE-754 operation, which every x86-64 CPU computes
 alike at any vector width (the fma in hardware where there is FMA3, in libm where not), so
 the loop's bits depend neither on the vendor nor on the instruction set numba compiles it
-for. `tests/dqn/test_fused_step.py` holds it to
-torch's kernels over values that reach each rounding. On a GPU, and without numba, the
-optimizer runs torch's kernels: the same bits, slower.
+for. `tests/dqn/test_fused_step.py` holds it to torch's kernels over values that reach
+each rounding. On a GPU, and without numba, the optimizer runs torch's kernels: the same
+bits, slower.
 """
 
 from __future__ import annotations
