@@ -53,8 +53,8 @@ def test_one_pass_gives_the_bits_of_torchs_kernels(size, eps):
     assert not torch.equal(ours[0], start)  # the steps moved it
 
 
-# what numba compiles the loop for: the bits must not depend on it (an Intel AVX2 machine
-# gets the second; a CPU without FMA the third, whose fma is libm's)
+# what numba compiles the loop for besides this machine: the bits must not depend on it
+# (an Intel AVX2 machine gets the first; a CPU without FMA the second, whose fma is libm's)
 TARGETS = {  # target: (NUMBA_CPU_NAME, NUMBA_CPU_FEATURES, instructions its code must lack)
     "avx2-fma": ("haswell", "+avx,+avx2,+fma,+sse4.2,+sse4.1,+ssse3,+sse3,+sse2,+sse", "zmm"),
     "sse2-libm-fma": ("x86-64", "+sse2", "vfmadd"),
