@@ -13,6 +13,7 @@ import pytest
 
 from tests.helpers import ROOT
 from tools.cli_table import COMMAND_TABLE, command_table, subcommands
+from tools.laptop_table import README, TABLE1, laptop_table
 from tools.module_table import MODULE_TABLE, PAGE, module_table
 from tools.package_graph import (
     PACKAGE,
@@ -193,6 +194,15 @@ def test_the_command_page_lists_every_subcommand_from_the_parser():
     listed = {command for command, _, _ in subcommands(build_parser())}
     assert {"train", "study", "start-states import", "trace-diff", "gpu-check"} <= listed
     assert "start-states" not in listed  # a group, listed by its leaves
+
+
+def test_the_readme_table1_is_the_committed_laptop_reference_s():
+    """The README's Table 1 (which the laptop page includes) is reference/laptop's own
+    report: a reference remade without `make docs-tables` fails here."""
+    found = TABLE1.search(README.read_text())
+    assert found, "README.md has no table1 snippet"
+    assert found.group(2) == laptop_table(), "README.md's Table 1 is stale: run make docs-tables"
+    assert "| deterministic | " in laptop_table()
 
 
 def test_every_name_in_the_paper_map_resolves():
