@@ -118,27 +118,40 @@ def test_a_pinned_floor_replaces_the_machines_own_instruction_sets(conditions):
     assert provenance.fingerprint(older) != provenance.fingerprint(newer)
 
 
-def test_conditions_stage_writes_records_and_a_reproducible_sbom(tmp_path):
-    outputs = []
-    for name in ("a", "b"):
-        out = tmp_path / name
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "reprodqn.cli",
-                "conditions",
-                "--params",
-                str(PARAMS),
-                "--out-dir",
-                str(out),
-            ],
-            check=True,
-            env=cli_env(),
-            capture_output=True,
-        )
-        outputs.append(out)
-    a, b = outputs
+@pytest.fixture(scope="module")
+def stage_and_job(tmp_path_factory):
+    """The conditions stage run twice, as dvc runs it (the user's shell, without
+    CUBLAS_WORKSPACE_CONFIG) and as the launcher runs a study job (the environment it
+    states): two separate writes of the records, ~20 s each for the SBOM."""
+    root = tmp_path_factory.mktemp("conditions")
+    shell = cli_env()
+    shell.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "conditions",
+            "--params",
+            str(PARAMS),
+            "--out-dir",
+            str(root / "stage"),
+        ],
+        check=True,
+        env=shell,
+        capture_output=True,
+    )
+    job = launch.Job(
+        "conditions/0",
+        ["conditions", "--params", str(PARAMS), "--out-dir", str(root / "job")],
+        launch.job_environment(threads=1),
+    )
+    launch.check(launch.LocalExecutor(1).run([job], "test"), "test")
+    return root / "stage", root / "job"
+
+
+def test_conditions_stage_writes_records_and_a_reproducible_sbom(stage_and_job):
+    a, b = stage_and_job
     assert (a / "sbom.cdx.json").read_bytes() == (b / "sbom.cdx.json").read_bytes()
     assert (a / "fingerprint.json").read_bytes() == (b / "fingerprint.json").read_bytes()
     sbom = json.loads((a / "sbom.cdx.json").read_text())
@@ -152,36 +165,11 @@ def test_conditions_stage_writes_records_and_a_reproducible_sbom(tmp_path):
     assert record["fingerprint"] == json.loads((a / "conditions.json").read_text())["fingerprint"]
 
 
-def test_the_conditions_stage_fingerprints_what_a_study_job_computes_under(tmp_path):
+def test_the_conditions_stage_fingerprints_what_a_study_job_computes_under(stage_and_job):
     """dvc runs the conditions stage in the user's shell, the launcher each job in the
     environment it states: both must fingerprint the same conditions, or the study never
     sees a finished run as finished and launches it again."""
-    shell = cli_env()
-    shell.pop("CUBLAS_WORKSPACE_CONFIG", None)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "reprodqn.cli",
-            "conditions",
-            "--params",
-            str(PARAMS),
-            "--out-dir",
-            str(tmp_path / "stage"),
-        ],
-        check=True,
-        env=shell,
-        capture_output=True,
-    )
-    job = launch.Job(
-        "conditions/0",
-        ["conditions", "--params", str(PARAMS), "--out-dir", str(tmp_path / "job")],
-        launch.job_environment(threads=1),
-    )
-    launch.check(launch.LocalExecutor(1).run([job], "test"), "test")
-    stage, in_job = (
-        json.loads((tmp_path / name / "fingerprint.json").read_text()) for name in ("stage", "job")
-    )
+    stage, in_job = (json.loads((d / "fingerprint.json").read_text()) for d in stage_and_job)
     assert provenance.differences(stage["fields"], in_job["fields"]) == []
     assert stage["fingerprint"] == in_job["fingerprint"]
 
