@@ -58,12 +58,16 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
     # op by op they part in update 1, the first: the emulation's row order is drawn anew
     parting = found["gpu_group_ops"]["first"]
     assert parting["update"] == 1 and parting["what"] == "op output"
+    assert parting["op"] == "aten.lift_fresh.default"  # the minibatch, rows in the drawn order
     assert set(found["throughput_steps_per_second"]) == {"1", "2"}
     assert found["sharing_parted"] == {}  # three more runs of the pair's seeds: its chain
     assert "nondeterminism by design: none" in found["audit"]
     report = (out / "gpu-check.md").read_text()
     assert "**one hash chain**" in report and "they part: weights at checkpoint step 600" in report
     assert "Op by op, over their first 20 updates: first difference: update 1 (" in report
+    assert (
+        "outside any module, a minibatch array entering torch (its rows or their order)" in report
+    )
     assert "sharing the device, 1, 2 at a time: **the same chain**" in report
 
 

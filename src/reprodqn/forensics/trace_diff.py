@@ -107,7 +107,7 @@ def _later(ops_a: list, ops_b: list, index: int, limit: int = 4) -> list[str]:
     out: list[str] = []
     for oa, ob in zip(ops_a[index + 1 :], ops_b[index + 1 :], strict=False):
         if oa[4] != ob[4] and len(out) < limit:
-            out.append(f"op {oa[0]} {oa[1]} ({oa[2]}, {oa[3] or 'no module'})")
+            out.append(f"op {oa[0]} {oa[1]} ({oa[2]}, {oa[3] or 'outside any module'})")
     return out
 
 
@@ -141,11 +141,23 @@ def compare(path_a: Path, path_b: Path) -> dict:
     }
 
 
+# ops that run outside any module, named by what they are in an update
+OUTSIDE_MODULES = {
+    # torch.from_numpy under the recorder: the minibatch's arrays entering torch, so here
+    # a difference is in the rows themselves or their order (compute.cpu_reduction_order)
+    "aten.lift_fresh.default": "a minibatch array entering torch (its rows or their order)",
+}
+
+
 def _where(first: dict) -> str:
     if first["what"] == "op output":
         phase = {"act": "acting forward", "sync": "target copy"}.get(first["phase"], first["phase"])
-        module = first["module"] or "no module"
-        return f"{phase} of {module} ({first['op']}, op {first['op_index']}), {first['output']}"
+        where = (
+            f"of {first['module']}"
+            if first["module"]
+            else f"outside any module, {OUTSIDE_MODULES.get(first['op'], 'not a layer')}"
+        )
+        return f"{phase} {where} ({first['op']}, op {first['op_index']}), {first['output']}"
     if first["what"] == "op sequence":
         return (
             f"op {first['op_index']}: A ran {first['a']}, B ran {first['b']} "
