@@ -141,11 +141,14 @@ def compare(path_a: Path, path_b: Path) -> dict:
     }
 
 
-# ops that run outside any module, named by what they are in an update
+# ops that run outside any module, named by what they are, by phase: torch.from_numpy
+# under the recorder is lift_fresh, the state acted on or (in an update) the minibatch's
+# arrays, where a difference is in the rows or their order (compute.cpu_reduction_order)
 OUTSIDE_MODULES = {
-    # torch.from_numpy under the recorder: the minibatch's arrays entering torch, so here
-    # a difference is in the rows themselves or their order (compute.cpu_reduction_order)
-    "aten.lift_fresh.default": "a minibatch array entering torch (its rows or their order)",
+    ("aten.lift_fresh.default", "act"): "the state acted on entering torch",
+    ("aten.lift_fresh.default", "update"): (
+        "a minibatch array entering torch (its rows or their order)"
+    ),
 }
 
 
@@ -155,7 +158,10 @@ def _where(first: dict) -> str:
         where = (
             f"of {first['module']}"
             if first["module"]
-            else f"outside any module, {OUTSIDE_MODULES.get(first['op'], 'not a layer')}"
+            else "outside any module, "
+            + OUTSIDE_MODULES.get(
+                (first["op"], "act" if first["phase"] == "act" else "update"), "not a layer"
+            )
         )
         return f"{phase} {where} ({first['op']}, op {first['op_index']}), {first['output']}"
     if first["what"] == "op sequence":
