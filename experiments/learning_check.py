@@ -120,6 +120,19 @@ def config_for(args):
     return params, resolve_run(params, "deterministic", 0)
 
 
+def train_only(args) -> None:
+    _, config = config_for(args)
+    print(
+        f"training only: {algorithm_name(config)} on {config.env.game}, {args.steps:,} steps, "
+        f"checkpoints every {args.checkpoint_every:,}; run in {args.out}",
+        flush=True,
+    )
+    start = time.monotonic()
+    for event in train(config, args.out / "run"):
+        if isinstance(event, CheckpointWritten):
+            print(f"{event.step:>9,} {time.monotonic() - start:>7.0f}s", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -157,7 +170,16 @@ def main() -> None:
         help="train nothing: probe again every checkpoint the run in --out "
         "has written, and rewrite its learning_check.jsonl",
     )
+    parser.add_argument(
+        "--train-only",
+        action="store_true",
+        help="train and write checkpoints, probe nothing (probe them later with --reprobe): "
+        "for a game whose start states do not exist yet",
+    )
     args = parser.parse_args()
+    if args.train_only:
+        train_only(args)
+        return
     if args.reprobe and not (args.out / "run" / "hashes.jsonl").exists():
         raise SystemExit(f"{args.out / 'run'}: no hashes.jsonl; nothing to probe (train first)")
     params, config = config_for(args)

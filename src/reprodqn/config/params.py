@@ -10,9 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from reprodqn.config import sources
+from reprodqn.config.games import unknown_game
 from reprodqn.config.selection import RankerConfig, StartStatesConfig
 from reprodqn.config.study import StudyConfig
 from reprodqn.config.types import Frozen, PositiveInt, Probability, Seed
@@ -26,9 +28,13 @@ DIGEST_OPTIONAL = {**VARIANT_KNOBS, "compute": ("cpu_reduction_order",)}
 
 
 class EnvConfig(Frozen):
-    """Breakout through ale-py: frame skip, preprocessing, no-ops, sticky actions."""
+    """The Atari game through ale-py: frame skip, preprocessing, no-ops, sticky actions."""
 
-    game: Literal["breakout"] = Field("breakout", description="Atari game (the paper: Breakout).")
+    game: str = Field(
+        "breakout",
+        description="Atari game: any ROM id the installed ale-py ships "
+        "(ale_py.roms.get_all_rom_ids(), e.g. pong, space_invaders); the paper: breakout.",
+    )
     frame_skip: PositiveInt = Field(4, description="Emulator frames per agent step.")
     history_length: PositiveInt = Field(4, description="Preprocessed frames stacked per state.")
     screen_size: PositiveInt = Field(84, description="Side of the square preprocessed frame.")
@@ -57,6 +63,14 @@ class EnvConfig(Frozen):
         description="OpenCV interpolation of the 84x84 resize: INTER_LINEAR (the "
         "authors' cv2.resize default) or INTER_LINEAR_EXACT.",
     )
+
+    @field_validator("game")
+    @classmethod
+    def _shipped_rom(cls, game: str) -> str:
+        problem = unknown_game(game)
+        if problem:
+            raise PydanticCustomError("unknown_rom", problem)
+        return game
 
 
 class AgentConfig(Frozen):
