@@ -72,7 +72,13 @@ RUN --mount=type=bind,from=torch-wheels,target=/wheels \
        -r /tmp/install.txt \
     && rm /tmp/requirements.lock /tmp/install.txt
 
-COPY pyproject.toml README.md /tmp/reprodqn/
+# the package and the checkout files its data links to (src/reprodqn/data: params.yaml,
+# presets, the authors' start states, the pipelines a `reprodqn init` workspace gets)
+COPY pyproject.toml README.md LICENSE params.yaml dvc.yaml .dvcignore CITATION.cff /tmp/reprodqn/
+COPY .dvc/config /tmp/reprodqn/.dvc/config
+COPY presets /tmp/reprodqn/presets
+COPY start_sequences/authors.json start_sequences/authors-LICENSE.md \
+     start_sequences/authors-initstates.txt start_sequences/dvc.yaml /tmp/reprodqn/start_sequences/
 COPY src /tmp/reprodqn/src
 RUN uv pip install --python /opt/venv/bin/python --no-cache --no-deps --no-build-isolation \
        /tmp/reprodqn \

@@ -8,6 +8,11 @@ BIN     := $(CURDIR)/$(VENV)/bin
 STAMP   := $(VENV)/.installed
 SMOKE   := build/smoke
 LAPTOP  ?= build/laptop
+# make laptop GAME=pong LAPTOP=build/laptop-pong: the study on another game, evaluated on
+# GAME_STATES (none: from the reset screen after no-ops, not the paper's protocol; or a
+# start-sequence file of that game, e.g. one the select stage made)
+GAME    ?=
+GAME_STATES ?= none
 UI_PORT ?= 5000
 IMAGE   ?= reprodqn:latest
 # make bundle RESUME=STEP ships this run's resume point at STEP
@@ -96,6 +101,7 @@ smoke-reference: smoke
 laptop-workspace: $(STAMP)
 	$(call fill-workspace,$(LAPTOP))
 	reprodqn params --params params.yaml --preset authors-2018 --overlay presets/laptop.yaml \
+	  $(if $(GAME),--set env.game=$(GAME) --set evaluation.start_sequences=$(GAME_STATES)) \
 	  --out $(LAPTOP)/params.yaml
 
 laptop: laptop-workspace
@@ -145,6 +151,7 @@ docs-tables: $(STAMP)
 	$(BIN)/python -m tools.params_reference
 	$(BIN)/python -m tools.cli_table
 	$(BIN)/python -m tools.laptop_table
+	$(BIN)/python -m tools.games_table
 
 # dvc.yaml's code dependencies, from the import graph (a test checks them).
 dvc-deps: $(STAMP)
@@ -178,7 +185,7 @@ ui: $(STAMP)
 # the container's platform; the image runs the pipeline, not the tests.
 lock: $(STAMP)
 	$(BIN)/python -m pip install --quiet 'uv>=0.5'
-	$(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
+	$(BIN)/uv pip compile pyproject.toml --extra sb3 --generate-hashes --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28 --no-header --quiet -o requirements.lock
 	$(BIN)/python -m tools.lock_wheels  # installs on every base's Python (3.11, 3.12)
 

@@ -58,10 +58,12 @@ from reprodqn.evaluation import start_states  # noqa: E402
 from reprodqn.evaluation.protocol import (  # noqa: E402
     EpisodeSpec,
     Protocol,
-    end_state_histories,
+    episode_specs,
     load_network,
     play,
+    start_histories,
 )
+from reprodqn.training.atari import minimal_action_set  # noqa: E402
 from reprodqn.training.loop import train  # noqa: E402
 
 
@@ -78,11 +80,10 @@ class RandomPolicy(torch.nn.Module):
         return torch.rand(len(frames), self.n_actions, generator=self.generator)
 
 
-def probe(net, protocol: Protocol, sequences, histories) -> dict:
+def probe(net, protocol: Protocol, sequences, histories, specs) -> dict:
     """Greedy score, mean max-Q, distinct greedy actions and how much Q varies across the
     start states (std over states, averaged over actions: 0 for a network blind to the
     screen) on the start states."""
-    specs = [EpisodeSpec(k, start_sequence=k) for k in range(len(sequences))]
     scores = [r.score for r in play(net, specs, protocol, sequences)]
     q = q_values(net, histories, protocol.chunk).astype(np.float64)
     return {
@@ -93,10 +94,10 @@ def probe(net, protocol: Protocol, sequences, histories) -> dict:
     }
 
 
-def probe_checkpoint(run_dir: Path, line: dict, protocol, sequences, histories) -> dict:
+def probe_checkpoint(run_dir: Path, line: dict, protocol, sequences, histories, specs) -> dict:
     path = workspace.checkpoint_path(run_dir, line["step"])
     net = load_network(path, line["weights_sha256"], torch.device("cpu"))
-    return probe(net, protocol, sequences, histories)
+    return probe(net, protocol, sequences, histories, specs)
 
 
 def config_for(args):
@@ -160,7 +161,15 @@ def main() -> None:
         help="a diagnostic departure from the paper's values, e.g. "
         "agent.rmsprop_eps=1e-6 (named in the header)",
     )
-    parser.add_argument("--states", type=int, default=20, help="authors' start states used")
+    parser.add_argument(
+        "--states", type=int, default=20, help="episodes probed (start states used)"
+    )
+    parser.add_argument(
+        "--start-sequences",
+        default=None,
+        help="a start-sequence file, or none: the reset screen after no-ops (default: "
+        "params' for Breakout, none for another game)",
+    )
     parser.add_argument("--max-frames", type=int, default=18_000)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("build/learning-check"))
@@ -183,22 +192,30 @@ def main() -> None:
     if args.reprobe and not (args.out / "run" / "hashes.jsonl").exists():
         raise SystemExit(f"{args.out / 'run'}: no hashes.jsonl; nothing to probe (train first)")
     params, config = config_for(args)
-    doc = start_states.load(ROOT / params.evaluation.start_sequences)
-    sequences = doc["sequences"][: args.states]
     evaluation = params.evaluation.model_copy(update={"max_frames": args.max_frames})
     protocol = Protocol.for_run(config, evaluation)
-    histories = end_state_histories(sequences, protocol)
+    chosen = args.start_sequences or (
+        params.evaluation.start_sequences if config.env.game == "breakout" else start_states.NONE
+    )
+    if chosen == start_states.NONE:  # a game without start states: reset screen + no-ops
+        sequences = None
+        specs = episode_specs(protocol, args.states, 0, config.env.noop_max)
+    else:
+        sequences = start_states.load(ROOT / chosen)["sequences"][: args.states]
+        specs = [EpisodeSpec(k, start_sequence=k) for k in range(len(sequences))]
+    histories = start_histories(specs, protocol, sequences)
     print(
         f"learning check: {algorithm_name(config)}, {args.steps:,} steps, epsilon "
         f"{config.agent.epsilon_start}->{config.agent.epsilon_final} over "
         f"{config.agent.epsilon_decay_steps:,} from step {config.replay.learning_starts:,}, "
-        f"replay {config.replay.capacity:,}; {len(sequences)} authors' start states, "
+        f"replay {config.replay.capacity:,}; {len(specs)} episodes from {chosen}, "
         f"{args.max_frames} frames; run in {args.out}",
         flush=True,
     )
     if args.set:
         print(f"departures from the paper's values: {', '.join(args.set)}", flush=True)
-    random_policy = probe(RandomPolicy(4), protocol, sequences, histories)
+    n_actions = len(minimal_action_set(config.env.game))
+    random_policy = probe(RandomPolicy(n_actions), protocol, sequences, histories, specs)
     print(
         f"{'step':>9} {'score':>7} {'max_q':>8} {'acts':>4} {'spread':>8} | {'step-0':>7} "
         f"{'acts':>4} {'spread':>8} | {'random':>7} | {'elapsed':>8}",
@@ -214,7 +231,7 @@ def main() -> None:
             step0 = (
                 found
                 if step == first["step"]
-                else probe_checkpoint(run_dir, first, protocol, sequences, histories)
+                else probe_checkpoint(run_dir, first, protocol, sequences, histories, specs)
             )
         lines.append(
             json.dumps({"step": step, **found, "step0": step0, "random": random_policy}) + "\n"
@@ -234,7 +251,9 @@ def main() -> None:
 
     if args.reprobe:
         for line in workspace.read_hashes(run_dir):
-            record(line["step"], probe_checkpoint(run_dir, line, protocol, sequences, histories))
+            record(
+                line["step"], probe_checkpoint(run_dir, line, protocol, sequences, histories, specs)
+            )
         return
     for event in train(config, run_dir):
         if isinstance(event, CheckpointWritten):
@@ -245,6 +264,7 @@ def main() -> None:
                     protocol,
                     sequences,
                     histories,
+                    specs,
                 ),
             )
 

@@ -121,13 +121,17 @@ def test_bad_override_names_the_field(override, fragment):
 def test_bad_params_file_names_the_file_and_field(tmp_path):
     raw = yaml.safe_load(PARAMS.read_text())
     raw["agent"]["discount"] = 2.0
-    raw["train"]["surprise"] = 1
+    raw["agent"]["batch_size"] = 0
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(InputError) as caught:
         load_params(path)
-    assert str(caught.value).startswith(f"{path}: ")
+    assert str(caught.value).startswith(f"{path}: agent.discount: ")
     assert "(and 1 more)" in str(caught.value)
+    raw["train"]["surprise"] = 1  # a key this version does not know: every such key named
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(InputError, match=f"^{path}: does not know train.surprise \\("):
+        load_params(path)
     path.write_text("env: [unclosed\n")
     with pytest.raises(InputError, match="is not valid YAML"):
         load_params(path)

@@ -195,7 +195,9 @@ def test_unknown_preset_and_unfitting_capacity_are_one_line_and_exit_2(tmp_path)
         env=cli_env(),
     )
     assert result.returncode == 2 and result.stderr.count("\n") == 1
-    assert "--preset rainbow: no presets/rainbow.yaml beside" in result.stderr
+    assert (
+        "--preset rainbow: no such preset (the package's, or presets/rainbow.yaml" in result.stderr
+    )
     assert (
         "expected one of adam, authors-2018, deepmind-2015, double, dueling, laptop, per, "
         "r2d2-priority, smoke" in result.stderr

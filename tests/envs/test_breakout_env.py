@@ -16,6 +16,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 from reprodqn.config.params import EnvConfig
+from reprodqn.core import packaged
 from reprodqn.core.errors import InputError
 from reprodqn.determinism.rng import GAME_STREAMS, Streams
 from reprodqn.dqn.network import build_q_network, q_values
@@ -202,4 +203,4 @@ def test_bad_input_is_one_line(tmp_path):
         breakout.BreakoutEnv(mode="eval", start_sequences=tmp_path / "missing.json")
     with pytest.raises(InputError, match="env_config: sticky_p"):
         breakout.BreakoutEnv(env_config={"sticky_p": 2})
-    assert start_states.load(breakout.AUTHORS_STATES)["count"] == 100
+    assert start_states.load(packaged.authors_start_sequences())["count"] == 100

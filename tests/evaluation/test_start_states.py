@@ -58,7 +58,7 @@ def test_a_written_file_loads_and_each_defect_is_one_clear_line(tmp_path, config
         ),
         "action": (
             lambda d: d["sequences"][3].__setitem__(5, 2),
-            r"sequence 3: action 2 is not one of Breakout's minimal action set",
+            r"sequence 3: action 2 is not one of the game's minimal action set",
             10,
         ),
         "hash": (
@@ -100,7 +100,7 @@ def test_import_of_the_authors_format(tmp_path):
         ("[1, 3, x]", "expected a list of integer literals"),
         ("[1.0, 3]", "expected a list of integer literals"),
         ("[1, -3]", "expected a list of integer literals"),
-        ("[1, 2]", "action 2 is not one of Breakout's minimal action set"),
+        ("[1, 2]", "action 2 is not one of the game's minimal action set"),
         ("[]", "expected a non-empty list"),
         ("[1, 3", "not a Python list literal"),
     ],
@@ -230,3 +230,23 @@ def test_import_keeps_an_existing_file_with_other_provenance_unless_replaced(tmp
     assert out.read_bytes() == (folder / "authors.json").read_bytes()  # same: no refusal
     start_states.import_authors_file(folder / "authors-initstates.txt", out, 100, replace=True)
     assert "repository" not in json.loads(out.read_text())["provenance"]
+
+
+def test_another_games_candidates_draw_its_own_minimal_actions_and_stay_its_own(tmp_path, config):
+    small = config.model_copy(update={"candidates": 50})
+    pong = start_states.generate_candidates(small, "pong")
+    assert pong["game"] == "pong" and pong["action_set"] == [0, 1, 3, 4, 11, 12]
+    assert {a for s in pong["sequences"] for a in s[2:]} == {0, 1, 3, 4, 11, 12}
+    breakout = start_states.generate_candidates(small)  # the draws Breakout always had
+    assert [len(s) for s in pong["sequences"]] == [len(s) for s in breakout["sequences"]]
+    path = tmp_path / "pong.json"
+    write_json(path, pong)
+    doc = start_states.load(path)  # its own action set is what its sequences are checked on
+    start_states.check_game(doc, path, "pong")
+    with pytest.raises(InputError, match="start states of 'pong', but env.game is 'breakout'"):
+        start_states.check_game(doc, path, "breakout")
+    selected = start_states.select(
+        pong, np.arange(50.0), small.model_copy(update={"top_k": 20, "selected": 5}), "r", "c",
+        tmp_path,
+    )  # fmt: skip
+    assert selected["game"] == "pong" and selected["action_set"] == pong["action_set"]

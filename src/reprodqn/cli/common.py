@@ -4,7 +4,15 @@ CPU instruction-set floor applied before torch loads, and how a subcommand is de
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+from reprodqn.core import packaged
+from reprodqn.core.errors import InputError
+
+# what runs anywhere with the package's own params when no params.yaml is here: the
+# protocol for another agent, the params explained or written, start states imported
+WORKSPACE_FREE = ("evaluate-policy", "params", "start-states", "gpu-check")
 
 
 def add_params_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +37,8 @@ def resolve_params_path(args) -> None:
     """An explicit --params wins; else a command comparing with a reference (a workspace or
     an unpacked bundle: verify --reference, trace --resume of a shipped resume point) takes
     the reference's own params.yaml, so a reader can run it from any directory; else
-    ./params.yaml."""
+    ./params.yaml; where there is none, the package's own for a command that needs no
+    workspace, and a one-line error naming `reprodqn init` for one that does."""
     if not hasattr(args, "params") or args.params is not None:
         return
     candidates = []
@@ -38,7 +47,20 @@ def resolve_params_path(args) -> None:
     if getattr(args, "resume", None) is not None:  # a bundle's resume-points/GROUP/RUN
         candidates += [parent / "params.yaml" for parent in Path(args.resume).parents][:3]
     shipped = next((c for c in candidates if c.is_file()), None)
-    args.params = shipped or Path("params.yaml")
+    here = Path("params.yaml")
+    if shipped is None and not here.is_file():
+        if args.command not in WORKSPACE_FREE:
+            raise InputError(
+                f"no params.yaml in {Path.cwd()}: `reprodqn {args.command}` runs in a study "
+                "workspace; make one with `reprodqn init [DIR]` (or name a file: --params)"
+            )
+        shipped = packaged.default_params()
+    args.params = shipped or here
+
+
+def notice(line: str) -> None:
+    """A one-line note beside a command's output (e.g. the keys a params file lacks)."""
+    print(line, file=sys.stderr)
 
 
 def load(args):
@@ -48,7 +70,7 @@ def load(args):
     from reprodqn.determinism import isa
 
     if getattr(args, "loaded_params", None) is None:
-        args.loaded_params = load_params(args.params, args.overrides)
+        args.loaded_params = load_params(args.params, args.overrides, notice=notice)
         isa.apply(args.loaded_params.compute.cpu_isa)
     return args.loaded_params
 

@@ -42,7 +42,8 @@ def cmd_candidates(args) -> int:
     from reprodqn.core.atomic import write_json
     from reprodqn.evaluation import start_states
 
-    doc = start_states.generate_candidates(_load(args).start_states)
+    params = _load(args)
+    doc = start_states.generate_candidates(params.start_states, params.env.game)
     write_json(args.out, doc)
     lengths = [len(s) for s in doc["sequences"]]
     print(
@@ -71,6 +72,7 @@ def cmd_select(args) -> int:
 
     params = _load(args)
     candidates = start_states.load(args.candidates, params.start_states.candidates)
+    start_states.check_game(candidates, args.candidates, params.env.game)
     max_q, ranker_sha = max_q_of_end_states(args.ranker, candidates["sequences"], params)
     doc = start_states.select(
         candidates,
@@ -127,9 +129,9 @@ def cmd_evaluate_policy(args) -> int:
     from reprodqn.evaluation.foreign import evaluate_policy_file
 
     evaluate_policy_file(
-        _load(args),
         args.policy,
         args.out_dir,
+        _load(args),
         args.start_sequences,
         args.workers or default_workers(threads=1),
     )
@@ -205,6 +207,7 @@ def cmd_report(args) -> int:
         algorithm=algorithm,
         optimizer=params.agent.optimizer,
         departures=departures(params),
+        game=params.env.game,
     )
     if mlflow_store.enabled() and not args.no_track:
         files = sorted(p for p in args.out_dir.iterdir() if p.is_file())
@@ -332,7 +335,10 @@ def _add_study_stages(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from reprodqn import __version__
+
     parser = argparse.ArgumentParser(prog="reprodqn", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"reprodqn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="STAGE")
     _add_pipeline_stages(sub)
     tools.add_commands(sub)
@@ -343,13 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    resolve_params_path(args)
     with lifeline.stop_on_sigterm():
         return _run(args)
 
 
 def _run(args) -> int:
     try:
+        resolve_params_path(args)
         if hasattr(args, "params") and args.handler is not tools.cmd_params:
             _load(args)
         return args.handler(args)

@@ -1,5 +1,6 @@
-"""`reprodqn params`, `start-states import` and `bundle`: the commands around the pipeline
-(writing params, importing start sequences, archiving a study)."""
+"""`reprodqn init`, `installed`, `params`, `start-states import` and `bundle`: the commands
+around the pipeline (making a workspace, writing params, importing start sequences,
+archiving a study)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,12 @@ def cmd_params(args) -> int:
 
     overlays = [preset_path(args.params, args.preset)] if args.preset else []
     overlays += args.overlay
-    params = load_params(args.params, args.overrides, overlay=overlays)
+    params = load_params(
+        args.params,
+        args.overrides,
+        overlay=overlays,
+        notice=lambda line: print(line, file=sys.stderr),
+    )
     if args.explain is not None:
         from reprodqn.config.explain import explain
 
@@ -37,6 +43,31 @@ def cmd_params(args) -> int:
     )
     write_text(args.out, header + text)
     print(f"params: -> {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_init(args) -> int:
+    from reprodqn.study import new_workspace
+
+    written = new_workspace.init(args.directory)
+    print(
+        f"init: a study workspace in {args.directory} ({', '.join(written)}); there, "
+        "`dvc repro` runs the study and `reprodqn train --group deterministic --run 0` one "
+        "run",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_installed(args) -> int:
+    from reprodqn.study import new_workspace
+
+    record = new_workspace.write_installed(Path("."))
+    print(
+        f"installed: reprodqn {record['version']}, files sha256 {record['source_sha256'][:12]} "
+        f"-> {new_workspace.INSTALLED_RECORD}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -78,8 +109,22 @@ def cmd_bundle(args) -> int:
     return 0
 
 
+def _add_workspace_commands(sub) -> None:
+    p = sub.add_parser(
+        "init", help="make a study workspace (params.yaml, dvc.yaml, start states) in DIR"
+    )
+    p.add_argument("directory", nargs="?", type=Path, default=Path("."), metavar="DIR")
+    p.set_defaults(handler=cmd_init)
+    p = sub.add_parser(
+        "installed", help="record the installed reprodqn in results/ (a workspace's stage)"
+    )
+    p.set_defaults(handler=cmd_installed)
+
+
 def add_commands(sub) -> None:
-    """Commands around the pipeline: params, start-state imports, the bundle."""
+    """Commands around the pipeline: a new workspace, params, start-state imports, the
+    bundle."""
+    _add_workspace_commands(sub)
     p = _stage(
         sub,
         "params",
@@ -127,6 +172,10 @@ def add_commands(sub) -> None:
         ("license", "its license file"),
     ):
         q.add_argument(f"--{name}", default=None, help=f"provenance: {what}")
+    _add_bundle_command(sub)
+
+
+def _add_bundle_command(sub) -> None:
     p = _stage(sub, "bundle", "one archive of the study for a paper to link to", cmd_bundle)
     p.add_argument("--out", type=Path, default=Path("dist/reprodqn-bundle.tar.gz"))
     p.add_argument("--checkpoints", action="store_true", help="include every checkpoint")

@@ -1,19 +1,34 @@
-"""Which Atari games env.game may name: every ROM the installed ale-py ships, by its own
-snake_case id (`ale_py.roms.get_all_rom_ids()`), and each game's Gymnasium-style name
-(ALE's convention: `pong` -> `Pong`, `space_invaders` -> `SpaceInvaders`)."""
+"""Which Atari games env.game may name: every game the installed ale-py ships, by its own
+snake_case ROM id (`ale_py.roms.get_all_rom_ids()`, less the four with no single-player
+mode), and each game's Gymnasium-style name (ALE's convention: `pong` -> `Pong`,
+`space_invaders` -> `SpaceInvaders`)."""
 
 from __future__ import annotations
 
 import difflib
 from functools import cache
+from typing import Annotated
+
+from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
 
 
 @cache
 def rom_ids() -> tuple[str, ...]:
-    """The ROM ids of the installed ale-py, sorted."""
-    from ale_py import roms  # the emulator's own list, never one of ours to drift
+    """The games of the installed ale-py, sorted: the ROMs it registers as `ALE/{Name}-v5`
+    (those with a single-player mode; ALE ends the process on loading the others)."""
+    import ale_py  # the emulator's own lists, never one of ours to drift
+    import gymnasium
+    from ale_py.registration import rom_id_to_name
 
-    return tuple(sorted(roms.get_all_rom_ids()))
+    gymnasium.register_envs(ale_py)
+    return tuple(
+        sorted(
+            rom
+            for rom in ale_py.roms.get_all_rom_ids()
+            if f"ALE/{rom_id_to_name(rom)}-v5" in gymnasium.registry
+        )
+    )
 
 
 def display_name(game: str) -> str:
@@ -34,4 +49,14 @@ def unknown_game(game: str) -> str | None:
     else:
         hint = difflib.get_close_matches(game.lower(), known, n=3, cutoff=0.6)
     nearest = f" (nearest: {', '.join(hint)})" if hint else ""
-    return f"expected a ROM id the installed ale-py ships{nearest}"
+    return f"expected one of the {len(known)} games the installed ale-py ships{nearest}"
+
+
+def _shipped_rom(game: str) -> str:
+    problem = unknown_game(game)
+    if problem:
+        raise PydanticCustomError("unknown_rom", problem)
+    return game
+
+
+GameId = Annotated[str, AfterValidator(_shipped_rom)]  # env.game's type

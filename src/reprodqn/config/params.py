@@ -10,15 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from reprodqn.config import sources
-from reprodqn.config.games import unknown_game
-from reprodqn.config.selection import RankerConfig, StartStatesConfig
+from reprodqn.config.games import GameId
+from reprodqn.config.selection import RankerConfig, StartStatesConfig, check_ranker_checkpoint
 from reprodqn.config.study import StudyConfig
 from reprodqn.config.types import Frozen, PositiveInt, Probability, Seed
 from reprodqn.config.variants import VARIANT_KNOBS, check_actors, check_n_step
+from reprodqn.core import packaged
 from reprodqn.core.digests import json_digest
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import rng
@@ -30,10 +30,8 @@ DIGEST_OPTIONAL = {**VARIANT_KNOBS, "compute": ("cpu_reduction_order",)}
 class EnvConfig(Frozen):
     """The Atari game through ale-py: frame skip, preprocessing, no-ops, sticky actions."""
 
-    game: str = Field(
-        "breakout",
-        description="Atari game: any ROM id the installed ale-py ships "
-        "(ale_py.roms.get_all_rom_ids(), e.g. pong, space_invaders); the paper: breakout.",
+    game: GameId = Field(
+        "breakout", description="Any ROM id ale-py ships (e.g. pong); the paper: breakout."
     )
     frame_skip: PositiveInt = Field(4, description="Emulator frames per agent step.")
     history_length: PositiveInt = Field(4, description="Preprocessed frames stacked per state.")
@@ -63,14 +61,6 @@ class EnvConfig(Frozen):
         description="OpenCV interpolation of the 84x84 resize: INTER_LINEAR (the "
         "authors' cv2.resize default) or INTER_LINEAR_EXACT.",
     )
-
-    @field_validator("game")
-    @classmethod
-    def _shipped_rom(cls, game: str) -> str:
-        problem = unknown_game(game)
-        if problem:
-            raise PydanticCustomError("unknown_rom", problem)
-        return game
 
 
 class AgentConfig(Frozen):
@@ -352,12 +342,14 @@ def load_params(
     path: str | Path = "params.yaml",
     overrides: list[str] | tuple = (),
     overlay: str | Path | list | None = None,
+    notice=None,
 ) -> Params:
     """Read params.yaml, apply overlay files in order (partial params files, e.g. a variant
     preset, then the smoke scale) and `--set key.path=value` overrides, validate, and
     resolve every group's run config so that a bad value in any group's `set` is refused
-    now, by every command, not when that group's jobs start. Raises InputError."""
+    now, by every command. Raises InputError; `notice` gets a line naming lacking keys."""
     raw = sources.load_raw(path)
+    sources.check_complete(raw, Params, str(path), packaged.version(), notice)
     origin = {}
     overlays = [] if overlay is None else overlay if isinstance(overlay, list) else [overlay]
     for item in overlays:
@@ -367,6 +359,7 @@ def load_params(
         sources.set_dotted(raw, key, value, source=f"--set {item}")
         origin[key] = f"--set {item}"
     params = _validate(Params, raw, str(path), origin)
+    check_ranker_checkpoint(params.ranker)
     for group in params.study.studied_groups():  # every group's config, not only this run's
         resolve_run(params, group, 0)
     return params

@@ -4,11 +4,13 @@ schema (config.py), kept apart so that each module stays one concern."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, model_validator
 
 from reprodqn.config.types import Frozen, PositiveInt, Seed
+from reprodqn.core.errors import InputError
 
 
 class StartStatesConfig(Frozen):
@@ -43,3 +45,13 @@ class RankerConfig(Frozen):
     checkpoint: str | None = Field(
         None, description="Use this weights file instead of training a ranker."
     )
+
+
+def check_ranker_checkpoint(ranker: RankerConfig) -> None:
+    """A named ranker weights file must exist before any stage starts (relative paths from
+    the workspace), not when the select stage reaches it hours later."""
+    if ranker.checkpoint is not None and not Path(ranker.checkpoint).is_file():
+        raise InputError(
+            f"ranker.checkpoint: {ranker.checkpoint}: no such weights file (expected a "
+            "checkpoint .safetensors, relative to the workspace; null trains a ranker)"
+        )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from reprodqn.core.errors import InputError
 
@@ -122,3 +122,36 @@ def one_line(exc: ValidationError, source: str, origin: dict[str, str]) -> str:
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     label = f"{field}: " if field else ""
     return f"{where}: {label}{message}{more}"
+
+
+def key_mismatch(raw: dict, model: type[BaseModel], prefix: str = "") -> tuple[list, list]:
+    """The dotted keys a full params mapping lacks and those it does not know, against the
+    models (sections are models; a mapping such as study.groups is the file's own)."""
+    lacks, unknown = [], [prefix + str(key) for key in raw if key not in model.model_fields]
+    for name, field in model.model_fields.items():
+        if name not in raw:
+            lacks.append(prefix + name)
+        elif isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            if isinstance(raw[name], dict):
+                deeper = key_mismatch(raw[name], field.annotation, f"{prefix}{name}.")
+                lacks, unknown = lacks + deeper[0], unknown + deeper[1]
+    return lacks, unknown
+
+
+def check_complete(raw: dict, model: type[BaseModel], source: str, version: str, notice) -> None:
+    """A params file of another version: keys this one does not know are refused, in one
+    line naming them all (a newer reprodqn's file, most often); keys it lacks take their
+    defaults, which are the behaviour from before each knob existed, and `notice` (if any)
+    is given one line naming them."""
+    lacks, unknown = key_mismatch(raw, model)
+    if unknown:
+        also = f"; it also lacks {', '.join(lacks)}" if lacks else ""
+        raise InputError(
+            f"{source}: does not know {', '.join(unknown)}{also} (a params file of another "
+            f"reprodqn version? this is {version}; `reprodqn params --explain` lists its keys)"
+        )
+    if lacks and notice is not None:
+        notice(
+            f"{source}: lacks {', '.join(lacks)}, so their defaults apply (the behaviour "
+            f"before they existed; reprodqn {version})"
+        )

@@ -7,25 +7,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reprodqn.core import packaged
 from reprodqn.core.errors import InputError
 
 
+def _preset_files(params_path: str | Path) -> dict[str, Path]:
+    """The package's presets, then those in presets/ beside the params file (a workspace's
+    own, which win by name)."""
+    found = {p.stem: p for p in packaged.presets_dir().glob("*.yaml")}
+    found |= {p.stem: p for p in (Path(params_path).parent / "presets").glob("*.yaml")}
+    return found
+
+
 def preset_names(params_path: str | Path) -> list[str]:
-    """The presets beside a params file: each presets/<name>.yaml is a params overlay
-    (`reprodqn params --preset NAME`, `make smoke PRESET=NAME`); the folder is their list."""
-    return sorted(p.stem for p in (Path(params_path).parent / "presets").glob("*.yaml"))
+    """Each preset is a params overlay (`reprodqn params --preset NAME`, `make smoke
+    PRESET=NAME`): the package's presets and any in presets/ beside the params file."""
+    return sorted(_preset_files(params_path))
 
 
 def preset_path(params_path: str | Path, name: str) -> Path:
-    """The overlay file of a preset, in presets/ beside the params file; one line for an
-    unknown name."""
-    names = preset_names(params_path)
-    if name not in names:
+    """The overlay file of a preset; one line for an unknown name."""
+    found = _preset_files(params_path)
+    if name not in found:
         raise InputError(
-            f"--preset {name}: no presets/{name}.yaml beside {params_path}; "
-            f"expected one of {', '.join(names) or '(none there)'}"
+            f"--preset {name}: no such preset (the package's, or presets/{name}.yaml beside "
+            f"{params_path}); expected one of {', '.join(sorted(found))}"
         )
-    return Path(params_path).parent / "presets" / f"{name}.yaml"
+    return found[name]
 
 
 # the DQN-family switches, by section; their defaults (the models') are the authors' DQN

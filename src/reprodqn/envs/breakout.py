@@ -1,6 +1,8 @@
-"""Breakout as a Gymnasium environment, exactly as reprodqn trains on it and evaluates it:
-`gymnasium.make("reprodqn/Breakout-v0", mode="train")` or mode="eval", registered when this
-module is imported (or named in the id: "reprodqn.envs.breakout:reprodqn/Breakout-v0").
+"""Breakout, and every other game ale-py ships, as a Gymnasium environment, exactly as
+reprodqn trains on it and evaluates it: `gymnasium.make("reprodqn/Breakout-v0",
+mode="train")` or mode="eval" (`reprodqn/Pong-v0` and so on, after ALE's names), registered
+when this module is imported (or named in the id:
+"reprodqn.envs.breakout:reprodqn/Breakout-v0").
 
 mode="train" is the trainer's game (training.atari.TrainingEnv): the authors' max-pool,
 grayscale and resize, a 4-frame history, 1..30 no-op starts from the noop stream, a lost
@@ -10,10 +12,13 @@ reset(seed=s) seeds both game streams with s and starts a fresh game, as the aut
 code seeds every source with one value (123 until a seed is given).
 
 mode="eval" is the paper's protocol (evaluation.protocol.Episode): episode k starts a
-fresh game at start sequence k of the chosen file (the authors' 100 by default), or, with
-sticky_p > 0, at the reset screen with sticky seed sticky_seed_start + k; the observation
-is ready for the first greedy action; rewards are raw; `terminated` at game over,
-`truncated` at the frame cap; a lost life relaunches the ball. reset(options={"episode":
+fresh game at start sequence k of the chosen file (by default the package's for the game:
+the authors' 100 for Breakout), or, with sticky_p > 0, at the reset screen with sticky seed
+sticky_seed_start + k, or, for a game with no start states (start_sequences="none"), at the
+reset screen after 1..30 no-ops drawn from seed sticky_seed_start + k (not the paper's
+protocol); the observation is ready for the first greedy action; rewards are raw;
+`terminated` at game over, `truncated` at the frame cap; a lost life relaunches the ball
+in a game with FIRE. reset(options={"episode":
 k}) plays episode k; reset(seed=s) plays episode s (mod their number); a plain reset plays
 the episode `episode_stride` after the last (so N environments of a vector env, seeded
 0..N-1 and made with episode_stride=N, play every episode once between them). Episode k's result
@@ -26,30 +31,46 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+from ale_py import Action
 from gymnasium import spaces
 
+from reprodqn.config.games import display_name, rom_ids
 from reprodqn.config.params import EnvConfig, EvaluationConfig
+from reprodqn.core import packaged
 from reprodqn.core.errors import InputError
 from reprodqn.determinism.rng import FAMILIES, GAME_STREAMS, Streams
 from reprodqn.evaluation import start_states
-from reprodqn.evaluation.protocol import Episode, EpisodeSpec, Protocol
+from reprodqn.evaluation.protocol import Episode, Protocol, episode_specs
 from reprodqn.training.atari import NOOP, Emulator, FrameHistory, TrainingEnv
 
-ENV_ID = "reprodqn/Breakout-v0"
+ENV_ID = "reprodqn/Breakout-v0"  # the paper's game; env_id(game) names the others
 AUTHORS_SEED = 123  # the authors' code seeds every source with it; until reset(seed=...)
 MODES = ("train", "eval")
-AUTHORS_STATES = Path(__file__).resolve().parents[3] / "start_sequences" / "authors.json"
-ACTION_MEANINGS = {0: "NOOP", 1: "FIRE", 2: "UP", 3: "RIGHT", 4: "LEFT", 5: "DOWN"}
 
 
 class BreakoutEnv(gym.Env):
-    """The game (mode="train") or the paper's evaluation protocol (mode="eval")."""
+    """The game (mode="train") or the paper's evaluation protocol (mode="eval").
+
+    Args:
+        mode: "train" (the trainer's game) or "eval" (the protocol's episodes).
+        game: any game ale-py ships, by its ROM id (the registered ids set it).
+        sticky_p: sticky-action probability (default: env.sticky_p, 0).
+        reward_clip: train mode: clip rewards to +-reward_clip (None: raw).
+        generator: the random-stream family, "authors" or "pcg64".
+        start_sequences: eval mode: a start-sequence file, or "none" (reset screen after
+            no-ops); default: the package's for the game, else "none".
+        max_frames: eval mode: the frame cap (default 18,000).
+        sticky_seed_start: eval mode: episode k's own seed is sticky_seed_start + k.
+        episode_stride: eval mode: a plain reset plays the episode this far after the last.
+        env_config: any other env params (params.yaml's env section) by name.
+    """
 
     metadata = {"render_modes": []}
 
     def __init__(
         self,
         mode: str = "train",
+        game: str = "breakout",
         sticky_p: float | None = None,
         reward_clip: float | None = None,
         generator: str = "authors",
@@ -65,7 +86,7 @@ class BreakoutEnv(gym.Env):
             raise InputError(f"generator {generator!r}: expected one of {', '.join(FAMILIES)}")
         if episode_stride < 1:
             raise InputError(f"episode_stride {episode_stride}: expected a positive integer")
-        changes = dict(env_config or {})
+        changes = {"game": game, **(env_config or {})}
         if sticky_p is not None:
             changes["sticky_p"] = sticky_p
         try:
@@ -85,27 +106,37 @@ class BreakoutEnv(gym.Env):
             )
             self.action_set = self._game.emulator.action_set
         else:
-            evaluation = EvaluationConfig()
-            self.protocol = Protocol(
-                c.game,
-                c.frame_skip,
-                c.history_length,
-                c.screen_size,
-                max_frames or evaluation.max_frames,
-                c.sticky_p,
-                evaluation.inference_chunk,
-                c.resize,
-                generator,
-            )
+            self._init_eval(start_sequences, max_frames)
             self.sticky_seed_start, self.episode_stride = sticky_seed_start, episode_stride
-            path = Path(start_sequences) if start_sequences else AUTHORS_STATES
-            self.start_sequences = path
-            self.sequences = start_states.load(path)["sequences"]
-            self._emulator = Emulator(c.game, 0.0, None, c.screen_size, c.resize)
-            self.action_set = self._emulator.action_set
-            self._episode: Episode | None = None
-            self._next = 0
         self.action_space = spaces.Discrete(len(self.action_set))
+
+    def _init_eval(self, start_sequences: str | Path | None, max_frames: int | None) -> None:
+        """Eval mode: the protocol, its start states (or none) and an emulator to play on."""
+        c, evaluation = self.config, EvaluationConfig()
+        self.protocol = Protocol(
+            c.game,
+            c.frame_skip,
+            c.history_length,
+            c.screen_size,
+            max_frames or evaluation.max_frames,
+            c.sticky_p,
+            evaluation.inference_chunk,
+            c.resize,
+            self.generator,
+        )
+        self._noop_max: int | None = None
+        self.sequences: list[list[int]]
+        self.start_sequences = _start_sequences(start_sequences, c.game)
+        if self.start_sequences == start_states.NONE:  # a game without start states
+            self._noop_max, self.sequences = c.noop_max, [[]] * evaluation.episodes
+        else:
+            doc = start_states.load(Path(self.start_sequences))
+            start_states.check_game(doc, Path(self.start_sequences), c.game)
+            self.sequences = doc["sequences"]
+        self._emulator = Emulator(c.game, 0.0, None, c.screen_size, c.resize)
+        self.action_set = self._emulator.action_set
+        self._episode: Episode | None = None
+        self._next = 0
 
     @property
     def episodes(self) -> int:
@@ -113,7 +144,7 @@ class BreakoutEnv(gym.Env):
         return len(self.sequences)
 
     def get_action_meanings(self) -> list[str]:
-        return [ACTION_MEANINGS.get(a, str(a)) for a in self.action_set]
+        return [Action(a).name for a in self.action_set]
 
     # -- Gymnasium's API ---------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -183,11 +214,9 @@ class BreakoutEnv(gym.Env):
             )
         index = int(index)
         self._next = (index + self.episode_stride) % self.episodes
-        spec = (
-            EpisodeSpec(index, sticky_seed=self.sticky_seed_start + index)
-            if self.protocol.sticky_p > 0
-            else EpisodeSpec(index, start_sequence=index)
-        )
+        spec = episode_specs(self.protocol, index + 1, self.sticky_seed_start, self._noop_max)[
+            index
+        ]
         self._episode = Episode(self._emulator, self.history, self.protocol, spec, self.sequences)
         return self.history.frames.copy(), _eval_info(self._episode)
 
@@ -198,9 +227,28 @@ def _eval_info(episode: Episode) -> dict:
         "episode_index": spec.episode,
         "start_sequence": spec.start_sequence,
         "sticky_seed": spec.sticky_seed,
+        "noops": spec.noops,
         "frames": episode.frames,
         "score": episode.score,
     }
 
 
-gym.register(id=ENV_ID, entry_point="reprodqn.envs.breakout:BreakoutEnv")
+def _start_sequences(chosen: str | Path | None, game: str) -> str:
+    """The start states an eval env plays: those named; by default the package's for the
+    game (the authors' for Breakout), or none for a game the package has none for."""
+    if chosen:
+        return str(chosen)
+    if game == "breakout":
+        return str(packaged.authors_start_sequences())
+    return str(packaged.game_start_sequences(game) or start_states.NONE)
+
+
+def env_id(game: str) -> str:
+    """The environment's id, after ALE's names: reprodqn/Breakout-v0, reprodqn/Pong-v0, ..."""
+    return f"reprodqn/{display_name(game)}-v0"
+
+
+for _game in rom_ids():  # every ROM the installed ale-py ships
+    gym.register(
+        id=env_id(_game), entry_point="reprodqn.envs.breakout:BreakoutEnv", kwargs={"game": _game}
+    )

@@ -3,7 +3,8 @@ evaluate-policy`) by the evaluator itself (its chunks, its worker processes, its
 a Stable-Baselines3 DQN `.zip` with `CnnPolicy`, whose Q-network is the Nature network
 (NatureCNN: the same convolutions, /255 scaling and 512-unit layer), read as data into
 reprodqn's own Q-network; or a TorchScript module (`.pt`, `.ts`) mapping uint8
-(N, 4, 84, 84) observations to (N, 4) Q-values or (N,) actions.
+(N, 4, 84, 84) observations to (N, n_actions) Q-values (the game's minimal action set) or
+(N,) actions.
 
 Only the zip's `policy.pth` is read, with torch.load(weights_only=True): SB3's other
 members are cloudpickle, which would run code from the file.
@@ -15,10 +16,11 @@ import io
 import sys
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from reprodqn.core import workspace
+from reprodqn.core import packaged, workspace
 from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.dqn.network import QNetwork
@@ -27,7 +29,11 @@ from reprodqn.evaluation.protocol import (
     Evaluator,
 )
 from reprodqn.evaluation.stage import evaluate_run, evaluation_digest, protocol_episodes
+from reprodqn.training.atari import minimal_action_set
 from reprodqn.training.checkpoints import save_weights
+
+if TYPE_CHECKING:
+    from reprodqn.config.params import Params
 
 SB3_MEMBER = "policy.pth"
 # SB3 DQN CnnPolicy's online network -> reprodqn's Nature network (layers: conv, relu, conv,
@@ -111,38 +117,58 @@ def check_scripted(path: Path, n_actions: int, history_length: int, screen_size:
         )
 
 
+def _as_checkpoint(net: QNetwork, out_dir: Path, env, n_actions: int, source: str) -> str:
+    """An SB3 model's network as reprodqn's step-0 checkpoint; its weights' SHA-256."""
+    metadata = {
+        "step": 0,
+        "network": "nature",
+        "n_actions": n_actions,
+        "history_length": env.history_length,
+        "screen_size": env.screen_size,
+        "source": source,
+    }
+    return save_weights(workspace.checkpoint_path(out_dir, 0), net.state_dict(), metadata)
+
+
 def evaluate_policy_file(
-    params, policy: Path, out_dir: Path, start_sequences: Path | None, workers: int
+    policy: str | Path,
+    out_dir: str | Path,
+    params: Params | None = None,
+    start_sequences: str | Path | None = None,
+    workers: int = 1,
 ) -> dict:
-    """Evaluate a policy file on the protocol's episodes into out_dir (eval.csv, eval.json,
-    and an SB3 model's network as a reprodqn checkpoint, step 0); returns its hash and mean
-    score."""
-    env, policy = params.env, Path(policy)
+    """Evaluate a policy file under the paper's protocol (`reprodqn evaluate-policy` in
+    Python): its episodes into out_dir (eval.csv, eval.json, and an SB3 model's network as
+    a reprodqn checkpoint, step 0); returns the policy's SHA-256 and its mean score.
+
+    Args:
+        policy: an SB3 DQN `.zip` (CnnPolicy) or a TorchScript `.pt`/`.ts` module mapping
+            uint8 (N, 4, 84, 84) to (N, n_actions) Q-values or (N,) actions.
+        out_dir: where the results go (made if missing).
+        params: loaded params (`config.params.load_params`); None: the package's own.
+        start_sequences: a start-sequence file; None: params' (the authors' 100).
+        workers: evaluation processes; the results never depend on it.
+    """
+    if params is None:
+        from reprodqn.config.params import load_params
+
+        params = load_params(packaged.default_params())
+    env, policy, out_dir = params.env, Path(policy), Path(out_dir)
+    n_actions = len(minimal_action_set(env.game))
     scripted = policy.suffix in TORCHSCRIPT_SUFFIXES
     if scripted:
-        check_scripted(policy, 4, env.history_length, env.screen_size)
+        check_scripted(policy, n_actions, env.history_length, env.screen_size)
     else:
-        net = sb3_network(policy, 4, env.history_length, env.screen_size)
+        net = sb3_network(policy, n_actions, env.history_length, env.screen_size)
     protocol, specs, sequences, sequences_sha, used = protocol_episodes(
-        params, params.evaluation, start_sequences
+        params, params.evaluation, Path(start_sequences) if start_sequences else None
     )
     policy_sha256 = sha256_file(policy)
     if scripted:  # evaluated from its own file, checked against this hash in every worker
         digest, policies = policy_sha256, {0: policy.resolve()}
     else:
         digest, policies = (
-            save_weights(
-                workspace.checkpoint_path(out_dir, 0),
-                net.state_dict(),
-                {
-                    "step": 0,
-                    "network": "nature",
-                    "n_actions": 4,
-                    "history_length": env.history_length,
-                    "screen_size": env.screen_size,
-                    "source": f"{policy.name} (sha256 {policy_sha256})",
-                },
-            ),
+            _as_checkpoint(net, out_dir, env, n_actions, f"{policy.name} (sha256 {policy_sha256})"),
             None,
         )
     hashes = [{"step": 0, "weights_sha256": digest}]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reprodqn.core import workspace
+from reprodqn.core import packaged, workspace
 from reprodqn.determinism import numerics
 from reprodqn.dqn.network import q_values
 from reprodqn.evaluation import start_states
@@ -51,12 +51,15 @@ def probe_run(
 def probe_stage(params, done: EvaluatedRun, start_sequences: Path | None) -> dict | None:
     """Probe every checkpoint of an evaluated run on the end states of the evaluation's
     start sequences (sticky groups too), write probe.csv beside eval.csv, and return the
-    alarm, if raised. Cheap (one chunked forward per checkpoint), so always redone."""
+    alarm, if raised. Cheap (one chunked forward per checkpoint), so always redone; none
+    without start states."""
     device, _ = numerics.configure(
         done.config.compute.device, EVAL_THREADS, done.config.compute.deterministic_gpu
     )
-    path = Path(start_sequences or params.evaluation.start_sequences)
-    sequences = start_states.load(path)["sequences"]
+    chosen = str(start_sequences or params.evaluation.start_sequences)
+    if chosen == start_states.NONE:  # no start states, no end states to probe
+        return None
+    sequences = start_states.load(packaged.start_sequences(chosen))["sequences"]
     histories = end_state_histories(sequences, dataclasses.replace(done.protocol, sticky_p=0.0))
     records = probe_run(done.run_dir, done.hashes, histories, done.protocol.chunk, device)
     write_probe(done.out_dir, records)

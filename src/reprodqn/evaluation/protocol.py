@@ -19,7 +19,7 @@ import multiprocessing
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,7 @@ from reprodqn.training.atari import (
     Emulator,
     FrameHistory,
     replay_start_sequence,
+    start_after_noops,
     start_without_sequence,
 )
 from reprodqn.training.checkpoints import load_weights
@@ -77,6 +78,15 @@ class EpisodeSpec:
     episode: int
     start_sequence: int | None = None  # index into the start-sequence file
     sticky_seed: int | None = None
+    noops: int | None = None  # no start states: no-op frames after the reset screen
+
+    def record(self) -> dict:
+        """What identifies the episode (in the evaluation's digest); a field it does not
+        use is left out when it came later, so earlier evaluations keep their digests."""
+        fields = asdict(self)
+        if self.noops is None:
+            del fields["noops"]
+        return fields
 
 
 @dataclass(frozen=True)
@@ -88,10 +98,25 @@ class EpisodeResult:
     frames: int
 
 
-def episode_specs(protocol: Protocol, episodes: int, sticky_seed_start: int) -> list[EpisodeSpec]:
+def episode_specs(
+    protocol: Protocol, episodes: int, sticky_seed_start: int, noop_max: int | None = None
+) -> list[EpisodeSpec]:
+    """Episode k: start sequence k; with sticky actions, the reset screen and sticky seed
+    sticky_seed_start + k; given `noop_max` (a game without start states), the reset screen
+    and 1..noop_max no-ops drawn from a stream seeded sticky_seed_start + k."""
     if protocol.sticky_p > 0:
         return [EpisodeSpec(k, sticky_seed=sticky_seed_start + k) for k in range(episodes)]
+    if noop_max is not None:
+        return [
+            EpisodeSpec(k, noops=_noops(protocol.generator, sticky_seed_start + k, noop_max))
+            for k in range(episodes)
+        ]
     return [EpisodeSpec(k, start_sequence=k) for k in range(episodes)]
+
+
+def _noops(generator: str, seed: int, noop_max: int) -> int:
+    """The draw a training episode's no-op start makes, from the episode's own stream."""
+    return rng.make_stream(generator, seed).integer(1, noop_max + 1) if noop_max > 0 else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,6 +163,8 @@ class Episode:
             if sequences is None:
                 raise ValueError("an episode from a start sequence needs the sequences")
             replay_start_sequence(emulator, history, sequences[spec.start_sequence], p.frame_skip)
+        elif spec.noops is not None:
+            start_after_noops(emulator, history, spec.noops)
         else:
             start_without_sequence(emulator, history)
         self.lives = emulator.lives()
@@ -153,8 +180,9 @@ class Episode:
         if emulator.game_over():
             return reward, True, False
         if emulator.lives() < self.lives:
-            emulator.relaunch()
-            self.history.push(emulator.observe())
+            if emulator.relaunches:
+                emulator.relaunch()
+                self.history.push(emulator.observe())
             self.lives = emulator.lives()
         return reward, False, self.frames >= p.max_frames
 
@@ -346,4 +374,21 @@ def end_state_histories(sequences, protocol: Protocol) -> np.ndarray:
     for k, sequence in enumerate(sequences):
         view = FrameHistory(p.history_length, p.screen_size, histories[k])
         replay_start_sequence(emulator, view, sequence, p.frame_skip)
+    return histories
+
+
+def start_histories(specs: Sequence[EpisodeSpec], protocol: Protocol, sequences=None) -> np.ndarray:
+    """The frame history each episode starts its greedy play from, whatever its start (a
+    start sequence's end, the reset screen after no-ops): what a probe of max-Q scores."""
+    p = protocol
+    histories = np.zeros((len(specs), p.history_length, p.screen_size, p.screen_size), np.uint8)
+    emulator = Emulator(p.game, 0.0, None, p.screen_size, p.resize)
+    for k, spec in enumerate(specs):
+        Episode(
+            emulator,
+            FrameHistory(p.history_length, p.screen_size, histories[k]),
+            p,
+            spec,
+            sequences,
+        )
     return histories

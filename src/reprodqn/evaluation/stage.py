@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from reprodqn.config.params import RunConfig
-from reprodqn.core import workspace
+from reprodqn.core import packaged, workspace
 from reprodqn.core.digests import json_digest
 from reprodqn.core.progress import Progress
 from reprodqn.core.workers import default_workers
@@ -45,7 +45,7 @@ def evaluation_digest(
 
     body = {
         "protocol": asdict(protocol),
-        "specs": [asdict(s) for s in specs],
+        "specs": [s.record() for s in specs],
         "start_sequences": sequences_sha256,
         "checkpoints": [[h["step"], h["weights_sha256"]] for h in hashes],
         "inference_threads": EVAL_THREADS,
@@ -174,14 +174,21 @@ def protocol_episodes(config, evaluation, start_sequences: Path | None):
     """The protocol for a config's game and the evaluation params, its episodes, and their
     start sequences (none for sticky agents): (protocol, specs, sequences, their SHA-256,
     the start states' summary for the record)."""
+    from reprodqn.evaluation import start_states
+
     protocol = Protocol.for_run(config, evaluation)
+    chosen = str(start_sequences or evaluation.start_sequences)
+    if protocol.sticky_p == 0 and chosen == start_states.NONE:
+        specs = episode_specs(
+            protocol, evaluation.episodes, evaluation.sticky_seed_start, config.env.noop_max
+        )
+        return protocol, specs, None, None, start_states.no_start_states(config.env.noop_max)
     specs = episode_specs(protocol, evaluation.episodes, evaluation.sticky_seed_start)
     if protocol.sticky_p > 0:
         return protocol, specs, None, None, None
-    from reprodqn.evaluation import start_states
-
-    path = Path(start_sequences or evaluation.start_sequences)
+    path = packaged.start_sequences(chosen)
     doc = start_states.load(path, at_least=evaluation.episodes)
+    start_states.check_game(doc, path, config.env.game)
     return (
         protocol,
         specs,

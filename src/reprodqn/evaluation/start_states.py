@@ -29,14 +29,19 @@ def sequences_sha256(sequences: list[list[int]]) -> str:
     return json_digest(sequences)
 
 
-def document(sequences: list[list[int]], provenance: dict) -> dict:
-    """The start-sequence file: its units stated, its content hashed."""
+def document(
+    sequences: list[list[int]],
+    provenance: dict,
+    game: str = "breakout",
+    action_set: tuple[int, ...] = BREAKOUT_ACTIONS,
+) -> dict:
+    """The start-sequence file: its game and units stated, its content hashed."""
     return {
         "format": FORMAT,
-        "game": "breakout",
+        "game": game,
         "unit": UNIT,
         "ids": IDS,
-        "action_set": list(BREAKOUT_ACTIONS),
+        "action_set": list(action_set),
         "count": len(sequences),
         "sequences_sha256": sequences_sha256(sequences),
         "provenance": provenance,
@@ -61,8 +66,11 @@ def load(path: Path, expected_count: int | None = None, at_least: int | None = N
     sequences = doc.get("sequences")
     if not isinstance(sequences, list):
         raise InputError(f"{path}: 'sequences' must be a list of action lists")
+    action_set = doc.get("action_set", BREAKOUT_ACTIONS)
+    if not isinstance(action_set, list) or not all(type(a) is int for a in action_set):
+        raise InputError(f"{path}: 'action_set' must be a list of ALE action ids")
     for number, sequence in enumerate(sequences):
-        check_sequence(sequence, f"{path}: sequence {number}")
+        check_sequence(sequence, f"{path}: sequence {number}", tuple(action_set))
     if doc.get("count") != len(sequences):
         raise InputError(f"{path}: count says {doc.get('count')}, file holds {len(sequences)}")
     if expected_count is not None and len(sequences) != expected_count:
@@ -78,6 +86,21 @@ def load(path: Path, expected_count: int | None = None, at_least: int | None = N
             f"{path}: sequences_sha256 does not match the sequences (edited or corrupted)"
         )
     return doc
+
+
+NONE = "none"  # evaluation.start_sequences: no start states (not the paper's protocol)
+
+
+def no_start_states(noop_max: int) -> dict:
+    """What an evaluation without start states records in place of a file's summary."""
+    return {
+        "file": NONE,
+        "count": 0,
+        "sequences_sha256": None,
+        "provenance": {"stage": NONE, "noop_max": noop_max},
+        "protocol": "not the paper's: each episode starts at the reset screen after "
+        f"1..{noop_max} no-op frames drawn from its own seed",
+    }
 
 
 def summary(doc: dict, path: Path) -> dict:
@@ -102,6 +125,8 @@ def summary(doc: dict, path: Path) -> dict:
 def describe(used: dict) -> str:
     """One line: which start states, from where, with which hashes."""
     p = used["provenance"]
+    if p.get("stage") == NONE:
+        return f"none: {used['protocol']}"
     if p.get("stage") == "import":
         origin = (
             f"the authors' states, imported from {p.get('repository', 'a file')} "
@@ -120,28 +145,41 @@ def describe(used: dict) -> str:
     )
 
 
-def check_sequence(sequence, where: str) -> None:
+def check_sequence(sequence, where: str, action_set: tuple[int, ...] = BREAKOUT_ACTIONS) -> None:
     if not isinstance(sequence, list) or not sequence:
         raise InputError(f"{where}: expected a non-empty list of action ids")
     for action in sequence:
-        if type(action) is not int or action not in BREAKOUT_ACTIONS:
+        if type(action) is not int or action not in action_set:
             raise InputError(
-                f"{where}: action {action!r} is not one of Breakout's minimal "
-                f"action set {list(BREAKOUT_ACTIONS)}"
+                f"{where}: action {action!r} is not one of the game's minimal "
+                f"action set {list(action_set)}"
             )
+
+
+def check_game(doc: dict, path: Path, game: str) -> None:
+    """Start states are a game's own: replayed on another game they mean nothing."""
+    if doc.get("game", "breakout") != game:
+        raise InputError(
+            f"{path}: start states of {doc.get('game')!r}, but env.game is {game!r} (make "
+            "that game's with the select stage, or evaluate with "
+            "evaluation.start_sequences: none)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # Candidates
 
 
-def generate_candidates(config) -> dict:
+def generate_candidates(config, game: str = "breakout") -> dict:
     """`config.candidates` sequences; each: `noop_prefix` NOOP frames (as every line of the
     authors' file begins), then a length uniform in [min, max] and that many actions
     uniform over the minimal action set, all from the candidates stream."""
+    from reprodqn.training.atari import NOOP, minimal_action_set
+
     rng = stream(config.candidates_seed)
-    actions = np.array(BREAKOUT_ACTIONS)
-    prefix = [BREAKOUT_ACTIONS[0]] * config.noop_prefix
+    action_set = minimal_action_set(game)
+    actions = np.array(action_set)
+    prefix = [NOOP] * config.noop_prefix
     sequences = []
     for _ in range(config.candidates):
         length = int(rng.integers(config.min_length, config.max_length + 1))
@@ -156,8 +194,10 @@ def generate_candidates(config) -> dict:
             "noop_prefix": config.noop_prefix,
             "length_range": [config.min_length, config.max_length],
             "draws": "per sequence: noop_prefix NOOPs, then length = integers(min, max + 1), "
-            "then actions = action_set[integers(0, 4, length)]",
+            f"then actions = action_set[integers(0, {len(action_set)}, length)]",
         },
+        game,
+        action_set,
     )
 
 
@@ -278,6 +318,8 @@ def select(
             "selection_seed": config.selection_seed,
             "candidates_seed": candidates["provenance"].get("seed"),
         },
+        candidates.get("game", "breakout"),
+        tuple(candidates.get("action_set", BREAKOUT_ACTIONS)),
     )
     write_text(Path(out_dir) / "ranking.csv", "\n".join(lines) + "\n")
     write_json(Path(out_dir) / "selected.json", doc)

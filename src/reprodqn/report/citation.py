@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from reprodqn.core import packaged
 from reprodqn.core.errors import InputError
 
 CFF_SCHEMA = "cff-1.2.0.schema.json"  # citation-file-format/citation-file-format, CC-BY-4.0
@@ -37,7 +38,7 @@ def release_date(git: dict) -> str:
 
 def citation(root: Path, commit: str | None, date: str) -> str:
     """CITATION.cff: the repository's own (authors, title, the paper it replicates under
-    references) with this bundle's commit and date filled in."""
+    references) with this bundle's version, commit and date filled in."""
     source = Path(root) / "CITATION.cff"
     try:
         doc = yaml.safe_load(source.read_text())
@@ -47,6 +48,7 @@ def citation(root: Path, commit: str | None, date: str) -> str:
         raise InputError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(doc, dict):
         raise InputError(f"{source}: expected a mapping of CITATION.cff keys")
+    doc["version"] = packaged.version()  # pyproject.toml's, the one place it is kept
     doc["date-released"] = date
     if commit:
         doc["commit"] = commit

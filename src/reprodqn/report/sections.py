@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from reprodqn.config.games import display_name
 from reprodqn.config.study import GROUP_NAMES
 from reprodqn.report.analysis import ALPHA, METRICS, PAPER_TABLE1, f_threshold
 
@@ -112,9 +113,10 @@ def report_markdown(
     algorithm: str = "DQN",
     probe_lines: Sequence[str] = (),
     design_lines: Sequence[str] = (),
+    game: str = "breakout",
 ) -> str:
     runs = sum(1 for runs in study.values() for r in runs if r.steps)
-    lines = [f"# Report: deterministic {algorithm} on Breakout", ""]
+    lines = [f"# Report: deterministic {algorithm} on {display_name(game)}", ""]
     if scale_note:
         lines += [f"> {scale_note}", ""]
     lines += [

@@ -111,6 +111,7 @@ def write_report(
     algorithm: str = "DQN",
     optimizer: str = "rmsprop",
     departures: Sequence[dict] = (),
+    game: str = "breakout",
 ) -> dict:
     """Table 1, figures, variance tests and the report (markdown and HTML) of a study;
     `departures`: config.explain.departures of its params, named in the report."""
@@ -152,6 +153,7 @@ def write_report(
         algorithm,
         blindness.report_lines(study, optimizer),
         departure_lines(departures),
+        game,
     )
     write_text(out_dir / "report.md", markdown)
     write_text(out_dir / "report.html", html.render(markdown, out_dir))

@@ -11,6 +11,7 @@ bilinear, with OpenCV's INTER_LINEAR as theirs (env.resize) or INTER_LINEAR_EXAC
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import cv2
@@ -20,7 +21,6 @@ from ale_py import ALEInterface, ALEState, LoggerMode, roms
 from reprodqn.core.errors import InputError
 
 NOOP, FIRE = 0, 1
-SCREEN_SHAPE = (210, 160, 3)
 
 cv2.setNumThreads(1)  # 84x84 frames gain nothing from threads; keep OpenCV off other cores
 # 8-bit INTER_LINEAR is an integer formula built at the SSE2 baseline (same bytes at every
@@ -37,6 +37,15 @@ def preprocess(screens: np.ndarray, size: int, resize: str = "linear") -> np.nda
     pooled = np.maximum(screens[0], screens[1])
     gray = cv2.cvtColor(pooled, cv2.COLOR_RGB2GRAY)
     return cv2.resize(gray, (size, size), interpolation=RESIZE[resize])
+
+
+@cache
+def minimal_action_set(game: str) -> tuple[int, ...]:
+    """The game's minimal action set, as ALE ids in ALE's order (the network's outputs)."""
+    ale = ALEInterface()
+    ale.setInt("random_seed", 0)
+    ale.loadROM(rom_path(game))
+    return tuple(int(a.value) for a in ale.getMinimalActionSet())
 
 
 def rom_path(game: str) -> Path:
@@ -76,7 +85,8 @@ class Emulator:
         self.resize = resize
         self.sticky_survives_reset = sticky_survives_reset
         self.prev_action = NOOP
-        self._screens = np.zeros((2, *SCREEN_SHAPE), dtype=np.uint8)
+        height, width = self.ale.getScreenDims()  # 210 x 160, or 250 rows in a few games
+        self._screens = np.zeros((2, height, width, 3), dtype=np.uint8)
         self._slot = 0
 
     # -- one emulator frame ------------------------------------------------------------------
@@ -116,6 +126,12 @@ class Emulator:
         self.prev_action = ale_action
         return reward
 
+    @property
+    def relaunches(self) -> bool:
+        """Whether a life loss in evaluation is followed by the sweep below: in a game with
+        FIRE, which is what the sweep is for (a game without FIRE goes on by itself)."""
+        return FIRE in self.action_set
+
     def relaunch(self) -> None:
         """After a life loss in evaluation: each minimal action once, rewards not counted
         (the authors' action sweep, so FIRE relaunches the ball)."""
@@ -150,6 +166,19 @@ class Emulator:
         self._slot = int(state["slot"])
 
 
+def play_noops(emu: Emulator, noops: int) -> None:
+    """An episode's opening no-op frames, each screen kept (the authors' training start)."""
+    for _ in range(noops):
+        emu.act(NOOP)
+        emu.capture()
+    if noops == 1:  # the authors' code needs two screens to max-pool
+        emu.act(NOOP)
+        emu.capture()
+    elif noops == 0:
+        emu.capture()
+        emu.capture()
+
+
 class TrainingEnv:
     """The training side of the protocol: episodes start with no-ops from the noop stream,
     a life loss ends the episode (the game goes on), long episodes are truncated."""
@@ -175,16 +204,7 @@ class TrainingEnv:
         if emu.game_over() or self.episode_frames >= self.config.max_episode_frames:
             emu.reset_game()
         noop_max = self.config.noop_max
-        noops = self.noop_rng.integer(1, noop_max + 1) if noop_max > 0 else 0
-        for _ in range(noops):
-            emu.act(NOOP)
-            emu.capture()
-        if noops == 1:  # the authors' code needs two screens to max-pool
-            emu.act(NOOP)
-            emu.capture()
-        elif noops == 0:
-            emu.capture()
-            emu.capture()
+        play_noops(emu, self.noop_rng.integer(1, noop_max + 1) if noop_max > 0 else 0)
         self.lives = emu.lives()
         self.episode_frames = 0
         return emu.observe()
@@ -259,6 +279,15 @@ def replay_start_sequence(
             emulator.capture()
         if (i + 1) % frame_skip == 0:
             history.push(emulator.observe())
+
+
+def start_after_noops(emulator: Emulator, history: FrameHistory, noops: int) -> None:
+    """A fresh game, then `noops` no-op frames as a training episode opens (an evaluation
+    of a game that has no start states: not the paper's protocol)."""
+    emulator.reset_game()
+    history.clear()
+    play_noops(emulator, noops)
+    history.push(emulator.observe())
 
 
 def start_without_sequence(emulator: Emulator, history: FrameHistory) -> None:

@@ -1,0 +1,82 @@
+"""What the installed package carries and reads at run time, found with importlib.resources
+(never a path computed from __file__ up into a checkout): the default params with their
+source comments, the presets, the authors' start states with their licence and the file
+they were imported from, and what a new workspace needs (its pipelines, .dvcignore, DVC's
+config, CITATION.cff).
+
+In a checkout, reprodqn/data/ holds links to the checkout's own files, which the wheel
+copies in when it is built: one copy of each, where a reader of the bundle expects it."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+from importlib.resources import files
+from pathlib import Path
+
+from reprodqn.core.errors import InputError
+
+DISTRIBUTION = "reprodqn"
+DEFAULT_START_SEQUENCES = "start_sequences/authors.json"  # evaluation.start_sequences' default
+
+
+def data_path(*parts: str) -> Path:
+    """A file the package carries, as a path (a wheel installs onto the file system)."""
+    path = Path(str(files("reprodqn").joinpath("data", *parts)))
+    if not path.exists():
+        raise InputError(
+            f"{path}: missing from the installed reprodqn (a broken install: reinstall it)"
+        )
+    return path
+
+
+def default_params() -> Path:
+    """params.yaml as the package ships it: the paper's values, each with its source."""
+    return data_path("params.yaml")
+
+
+def presets_dir() -> Path:
+    return data_path("presets")
+
+
+def authors_start_sequences() -> Path:
+    """The authors' 100 start sequences (start_sequences/authors.json, MIT)."""
+    return data_path("start_sequences", "authors.json")
+
+
+def game_start_sequences(game: str) -> Path | None:
+    """A game's start states made by the paper's method, if the package carries them
+    (start_sequences/GAME.json); None otherwise."""
+    path = Path(str(files("reprodqn").joinpath("data", "start_sequences", f"{game}.json")))
+    return path if path.is_file() else None
+
+
+def start_sequences(name: str | Path) -> Path:
+    """A start-sequence file as params or a flag name it: the file itself if it exists
+    here; the package's copy of the authors' states when the default names a file this
+    directory lacks (evaluating from any directory)."""
+    path = Path(name)
+    if path.exists() or path.as_posix() != DEFAULT_START_SEQUENCES:
+        return path
+    return authors_start_sequences()
+
+
+def version() -> str:
+    """The installed version: pyproject.toml's, read from the package's metadata ("0+unknown"
+    for a copy of the source that was never installed)."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def source_digest() -> str:
+    """SHA-256 over every file of the installed package (its code and its data, by
+    relative path), so a workspace's stages rerun when the package they run changes."""
+    root = Path(str(files("reprodqn")))
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()

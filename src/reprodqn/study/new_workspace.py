@@ -1,0 +1,114 @@
+"""`reprodqn init [DIR]`: a study workspace made from the installed package, in which
+`dvc repro` and the stage commands run the study with no checkout.
+
+It holds the package's params.yaml (every knob with its source comment), the pipelines
+(dvc.yaml and start_sequences/dvc.yaml), the authors' start states with their licence and
+the file they were imported from, DVC's config, .dvcignore and CITATION.cff. A checkout's
+stages depend on the package modules they import; here the package is installed, so one
+record stands for its code in every stage: results/installed.json (its version and a
+SHA-256 over its files), rewritten by an always-run `installed` stage, so upgrading the
+package reruns what it computes and nothing else changes a stage's inputs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from reprodqn.core import packaged
+from reprodqn.core.atomic import atomic_open, write_json
+from reprodqn.core.errors import InputError
+
+INSTALLED_RECORD = "results/installed.json"
+# (the package's file, where it goes in the workspace)
+COPIED = (
+    (("params.yaml",), "params.yaml"),
+    (("dvcignore",), ".dvcignore"),
+    (("dvc-config",), ".dvc/config"),
+    (("CITATION.cff",), "CITATION.cff"),
+    (("start_sequences", "authors.json"), "start_sequences/authors.json"),
+    (("start_sequences", "authors-LICENSE.md"), "start_sequences/authors-LICENSE.md"),
+    (("start_sequences", "authors-initstates.txt"), "start_sequences/authors-initstates.txt"),
+)
+# named pipeline.yaml in the package: a file called dvc.yaml anywhere in a workspace (its
+# copy of src/ included) is a pipeline to DVC
+PIPELINES = (
+    (("pipeline.yaml",), "dvc.yaml"),
+    (("start_sequences", "pipeline.yaml"), "start_sequences/dvc.yaml"),
+)
+SOURCE_DEP = re.compile(r"^(\s+)- src/reprodqn/\S+\.py\n", re.MULTILINE)
+INSTALLED_STAGE = f"""\
+  installed:  # the reprodqn this workspace runs: always re-read, like the conditions
+    cmd: reprodqn installed
+    always_changed: true
+    outs:
+      - {INSTALLED_RECORD}: {{cache: false}}
+
+"""
+
+
+def installed_record() -> dict:
+    return {"version": packaged.version(), "source_sha256": packaged.source_digest()}
+
+
+def workspace_pipeline(text: str, root: bool) -> str:
+    """A checkout's pipeline for an installed package: each stage's run of package-module
+    deps becomes one dep on the installed record; the root pipeline gains the stage that
+    writes it."""
+
+    def one_dep(match: re.Match) -> str:
+        return f"{match.group(1)}- {INSTALLED_RECORD}\n"
+
+    stages = re.split(r"(?m)^(?=  \S)", text)  # the header, then one chunk per stage
+    rewritten = [stages[0]] + [_collapse(chunk, one_dep) for chunk in stages[1:]]
+    if not root:  # its own header says where it runs and when
+        return "".join(rewritten)
+    header = (
+        f"# The study as a DVC pipeline, made by `reprodqn init` (reprodqn {packaged.version()})"
+        ": `dvc repro`\n# runs it from params.yaml with the installed package. Each stage "
+        "declares the params\n# and data it uses, and "
+        f"{INSTALLED_RECORD} for the package's code, so upgrading\n# reprodqn or changing a "
+        "knob reruns only what depends on it.\n\n"
+    )
+    if not stages[0].rstrip().endswith("stages:"):
+        raise ValueError("the package's dvc.yaml must begin with its stages")
+    return header + "stages:\n" + INSTALLED_STAGE + "".join(rewritten[1:])
+
+
+def _collapse(chunk: str, one_dep) -> str:
+    """A stage's package-module deps replaced by one dep, where the first of them stood."""
+    first = SOURCE_DEP.search(chunk)
+    if first is None:
+        return chunk
+    rest = SOURCE_DEP.sub("", chunk[first.end() :])
+    return chunk[: first.start()] + one_dep(first) + rest
+
+
+def init(directory: Path) -> list[str]:
+    """Write a workspace into `directory` (made if missing); refuse, writing nothing, if
+    any of its files is already there. The files written, relative to it."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"{directory}: not a directory")
+    targets = [target for _, target in COPIED + PIPELINES]
+    present = [t for t in targets if (directory / t).exists()]
+    if present:
+        raise InputError(
+            f"{directory / present[0]}: already there; `reprodqn init` makes a new "
+            "workspace and never overwrites one (choose an empty DIR)"
+        )
+    contents = {target: packaged.data_path(*source).read_bytes() for source, target in COPIED}
+    for (source, target), root in zip(PIPELINES, (True, False), strict=True):
+        text = packaged.data_path(*source).read_text()
+        contents[target] = workspace_pipeline(text, root).encode()
+    for target, content in contents.items():  # all read first: a broken install writes none
+        (directory / target).parent.mkdir(parents=True, exist_ok=True)
+        with atomic_open(directory / target, "wb") as handle:
+            handle.write(content)
+        (directory / target).chmod(0o644)  # a workspace's files, readable as a checkout's
+    return targets
+
+
+def write_installed(root: Path) -> dict:
+    record = installed_record()
+    write_json(Path(root) / INSTALLED_RECORD, record)
+    return record
