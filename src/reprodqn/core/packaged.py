@@ -20,9 +20,13 @@ DISTRIBUTION = "reprodqn"
 DEFAULT_START_SEQUENCES = "start_sequences/authors.json"  # evaluation.start_sequences' default
 
 
+def _data(*parts: str) -> Path:
+    return Path(str(files("reprodqn").joinpath("data", *parts)))
+
+
 def data_path(*parts: str) -> Path:
     """A file the package carries, as a path (a wheel installs onto the file system)."""
-    path = Path(str(files("reprodqn").joinpath("data", *parts)))
+    path = _data(*parts)
     if not path.exists():
         raise InputError(
             f"{path}: missing from the installed reprodqn (a broken install: reinstall it)"
@@ -47,7 +51,7 @@ def authors_start_sequences() -> Path:
 def game_start_sequences(game: str) -> Path | None:
     """A game's start states made by the paper's method, if the package carries them
     (start_sequences/GAME.json); None otherwise."""
-    path = Path(str(files("reprodqn").joinpath("data", "start_sequences", f"{game}.json")))
+    path = _data("start_sequences", f"{game}.json")
     return path if path.is_file() else None
 
 

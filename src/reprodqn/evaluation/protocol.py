@@ -368,13 +368,8 @@ class Evaluator:
 
 def end_state_histories(sequences, protocol: Protocol) -> np.ndarray:
     """The frame history at the end of each start sequence (what the ranker scores)."""
-    p = protocol
-    histories = np.zeros((len(sequences), p.history_length, p.screen_size, p.screen_size), np.uint8)
-    emulator = Emulator(p.game, 0.0, None, p.screen_size, p.resize)
-    for k, sequence in enumerate(sequences):
-        view = FrameHistory(p.history_length, p.screen_size, histories[k])
-        replay_start_sequence(emulator, view, sequence, p.frame_skip)
-    return histories
+    specs = [EpisodeSpec(k, start_sequence=k) for k in range(len(sequences))]
+    return start_histories(specs, protocol, sequences)
 
 
 def start_histories(specs: Sequence[EpisodeSpec], protocol: Protocol, sequences=None) -> np.ndarray:
