@@ -165,8 +165,8 @@ docs-serve: $(STAMP)
 	$(BIN)/mkdocs serve
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench experiments tools
-	$(BIN)/ruff format --check src tests bench experiments tools
+	$(BIN)/ruff check src tests bench experiments tools examples template
+	$(BIN)/ruff format --check src tests bench experiments tools examples template
 	$(BIN)/python -m mypy
 	$(BIN)/hadolint --no-color Dockerfile
 

@@ -23,11 +23,11 @@ import common
 import numpy as np
 import torch
 
+from reprodqn.determinism.checkpoints import cpu_weights, save_weights
 from reprodqn.dqn.network import build_q_network
 from reprodqn.evaluation import start_states
 from reprodqn.evaluation.protocol import EpisodeSpec, Evaluator, Protocol, load_network
 from reprodqn.training.atari import Emulator, FrameHistory, replay_start_sequence
-from reprodqn.training.checkpoints import cpu_weights, save_weights
 
 
 def one_at_a_time(net, protocol: Protocol, sequences, indices) -> tuple[int, list]:

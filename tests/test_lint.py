@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-TREES = ["src", "tests", "bench", "experiments", "tools"]
+TREES = ["src", "tests", "bench", "experiments", "tools", "examples", "template"]
 
 
 def run(*argv: str, cwd=ROOT) -> subprocess.CompletedProcess:

@@ -7,7 +7,14 @@ from __future__ import annotations
 import ast
 import re
 
-from tools.package_graph import ROOT, declared_layers, layer_order, module_path, modules
+from tools.package_graph import (
+    PUBLIC_MODULES,
+    ROOT,
+    declared_layers,
+    layer_order,
+    module_path,
+    modules,
+)
 
 PAGE = ROOT / "docs" / "development.md"
 MODULE_TABLE = re.compile(r"(<!-- modules -->\n)(.*?)(<!-- /modules -->)", re.S)
@@ -23,6 +30,9 @@ def module_table() -> str:
     rows = []
     for package in layer_order(declared_layers()):
         init = ast.parse(module_path(f"reprodqn.{package}").read_text())
+        if package in PUBLIC_MODULES:
+            rows += [f"**`{package}.py`** (public API) — {first_sentence(init)}.", ""]
+            continue
         rows += [
             f"**`{package}/`** — {first_sentence(init)}.",
             "",

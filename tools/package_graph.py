@@ -14,6 +14,9 @@ SRC = ROOT / "src"
 PACKAGE = SRC / "reprodqn"
 COMMANDS = "reprodqn.cli.main"  # the dispatcher: its handlers import lazily, stage by stage
 OTHER_COMMANDS = ("reprodqn.cli.forensics", "reprodqn.cli.tools")  # handlers besides the stages
+# the package's public modules: one file each, a layer of its own (its docstring says what it
+# may import); everything else sits in a subpackage and is internal
+PUBLIC_MODULES = ("exact",)
 
 
 def module_path(name: str) -> Path:
@@ -38,6 +41,11 @@ def modules() -> dict[str, ast.Module]:
 
 def subpackages() -> list[str]:
     return sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+
+
+def layers() -> list[str]:
+    """The subpackages and the public modules: the units the import rules speak of."""
+    return sorted([*subpackages(), *PUBLIC_MODULES])
 
 
 def imported_modules(node: ast.AST) -> set[str]:
@@ -75,18 +83,19 @@ LAYER_LINE = re.compile(r"^May import: (.*?)\.$", re.M | re.S)
 
 
 def declared_layers() -> dict[str, set[str]]:
-    """What each subpackage may import, from the `May import:` line of its `__init__.py`."""
-    layers = {}
-    for package in subpackages():
+    """What each subpackage may import, from the `May import:` line of its `__init__.py`
+    (a public module's: of its own docstring)."""
+    found_layers = {}
+    for package in layers():
         doc = ast.get_docstring(ast.parse(module_path(f"reprodqn.{package}").read_text())) or ""
         found = LAYER_LINE.search(doc)
         allowed = " ".join(found.group(1).split()) if found else ""
-        layers[package] = (
+        found_layers[package] = (
             set()
             if allowed == "nothing else of reprodqn"
             else {a.strip() for a in allowed.split(",") if a.strip()}
         )
-    return layers
+    return found_layers
 
 
 def layer_order(layers: dict[str, set[str]]) -> list[str]:

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import torch
 
-from reprodqn.training import resume
+from reprodqn.determinism import resume
 from tests.helpers import TINY, cli_env, train_command
 
 OVERRIDES = [*TINY, "train.steps=1200", "train.checkpoint_every=600", "train.resume_every=300"]

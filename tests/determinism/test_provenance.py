@@ -122,9 +122,10 @@ def test_a_pinned_floor_replaces_the_machines_own_instruction_sets(conditions):
 def stage_and_job(tmp_path_factory):
     """The conditions stage run twice, as dvc runs it (the user's shell, without
     CUBLAS_WORKSPACE_CONFIG) and as the launcher runs a study job (the environment it
-    states): two separate writes of the records, ~20 s each for the SBOM."""
+    states): two separate writes of the records, ~20 s each for the SBOM, each with its own
+    empty SBOM cache, so both SBOMs are made, not one copied."""
     root = tmp_path_factory.mktemp("conditions")
-    shell = cli_env()
+    shell = cli_env() | {"XDG_CACHE_HOME": str(root / "cache-stage")}
     shell.pop("CUBLAS_WORKSPACE_CONFIG", None)
     subprocess.run(
         [
@@ -144,7 +145,7 @@ def stage_and_job(tmp_path_factory):
     job = launch.Job(
         "conditions/0",
         ["conditions", "--params", str(PARAMS), "--out-dir", str(root / "job")],
-        launch.job_environment(threads=1),
+        launch.job_environment(threads=1) | {"XDG_CACHE_HOME": str(root / "cache-job")},
     )
     launch.check(launch.LocalExecutor(1).run([job], "test"), "test")
     return root / "stage", root / "job"
@@ -161,6 +162,9 @@ def test_conditions_stage_writes_records_and_a_reproducible_sbom(stage_and_job):
     assert versions["torch"].startswith("2.13.0") and versions["numpy"] and versions["mlflow"]
     assert "file:" not in (a / "sbom.cdx.json").read_text()
     assert not any(c["bom-ref"].startswith("BomRef.") for c in sbom["components"])
+    for cache in ("cache-stage", "cache-job"):  # each made its own, and keeps it
+        kept = list((a.parent / cache / "reprodqn" / "sbom").glob("*.json"))
+        assert len(kept) == 1 and json.loads(kept[0].read_text()) == sbom
     record = json.loads((a / "fingerprint.json").read_text())
     assert record["fingerprint"] == json.loads((a / "conditions.json").read_text())["fingerprint"]
 

@@ -4,8 +4,8 @@ exactly through a resume point."""
 import numpy as np
 import pytest
 
+from reprodqn.determinism import resume
 from reprodqn.determinism.rng import FAMILIES, Streams
-from reprodqn.training import resume
 
 
 def draws(stream, n=50):

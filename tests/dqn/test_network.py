@@ -2,8 +2,8 @@
 
 import torch
 
+from reprodqn.determinism.checkpoints import cpu_weights, weights_sha256
 from reprodqn.dqn.network import build_q_network
-from reprodqn.training.checkpoints import cpu_weights, weights_sha256
 
 
 def net(kind="nature", seed=1):

@@ -211,3 +211,28 @@ def test_a_data_file_dropped_from_the_install_is_one_line_naming_it(venv, model,
     assert broken.returncode != 0 and "missing from the installed reprodqn" in broken.stderr
     assert evaluated.returncode == 2
     assert evaluated.stderr.count("\n") == 1 and "authors.json: missing" in evaluated.stderr
+
+
+def test_a_study_made_from_the_template_installs_and_passes_its_own_tests(venv, dist, tmp_path):
+    """`copier copy` of this repository's template (copier.yml, template/), then the
+    generated project's own `make test` into the fresh environment (its reprodqn from the
+    wheel): two runs one chain, SIGKILL and resume, a changed seed named by verify."""
+    project = tmp_path / "study"
+    copier = Path(sys.executable).parent / "copier"
+    wheel = next(dist.glob("*.whl"))
+    answers = ["--data", "project_name=Template check", "--data", f"reprodqn_requirement={wheel}"]
+    made = subprocess.run(
+        [copier, "copy", "--defaults", "--vcs-ref", "HEAD", *answers, str(ROOT), str(project)],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert "project_slug: template-check" in (project / ".copier-answers.yml").read_text()
+    uv = Path(sys.executable).parent / "uv"
+    tested = run_in(
+        project,
+        ["make", "test", f"VENV={venv}", f"PIP={uv} pip --python {venv / 'bin' / 'python'}"],
+        fresh_env(venv),
+    )
+    assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-2000:]
+    assert "3 passed" in tested.stdout

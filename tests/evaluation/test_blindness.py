@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from reprodqn.config.params import load_params, resolve_run
+from reprodqn.determinism.checkpoints import weights_sha256
 from reprodqn.determinism.rng import torch_generator
 from reprodqn.dqn.network import build_q_network
 from reprodqn.evaluation import start_states
 from reprodqn.evaluation.blindness import ALARM_CHECKPOINT, alarm, read_probe, write_probe
 from reprodqn.evaluation.probe import probe
 from reprodqn.evaluation.protocol import Protocol, end_state_histories, load_network
-from reprodqn.training.checkpoints import weights_sha256
 from tests.helpers import PARAMS, ROOT
 
 RUN = ROOT / "docs" / "learning" / "authors-2018"  # the learning check's committed records

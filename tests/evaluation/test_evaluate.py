@@ -13,6 +13,7 @@ from ale_py import ALEInterface, roms
 from reprodqn.config.params import load_params
 from reprodqn.core.errors import InputError
 from reprodqn.core.workspace import read_eval
+from reprodqn.determinism.checkpoints import save_weights
 from reprodqn.dqn.network import QNetwork, build_q_network
 from reprodqn.evaluation import start_states
 from reprodqn.evaluation.protocol import (
@@ -25,7 +26,6 @@ from reprodqn.evaluation.protocol import (
 )
 from reprodqn.evaluation.stage import evaluate_run, evaluation_digest
 from reprodqn.training.atari import Emulator, FrameHistory, preprocess, replay_start_sequence
-from reprodqn.training.checkpoints import save_weights
 from tests.helpers import PARAMS
 
 ACTIONS = (0, 1, 3, 4)

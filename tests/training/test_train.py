@@ -19,7 +19,7 @@ from reprodqn.config.params import resolve_run
 from reprodqn.core.errors import InputError
 from reprodqn.core.workspace import checkpoint_path, read_hashes
 from reprodqn.determinism import numerics
-from reprodqn.training.checkpoints import load_weights
+from reprodqn.determinism.checkpoints import load_weights
 from reprodqn.training.loop import train
 from tests.helpers import (
     ADAM,

@@ -94,6 +94,10 @@ def cmd_trace_diff(args) -> int:
 def cmd_verify(args) -> int:
     from reprodqn.forensics import verify
 
+    if args.folders:
+        return _verify_folders(args)
+    if args.reference is None:
+        raise InputError("verify: expected --reference DIR, or two result folders: verify A B")
     if args.rerun is not None:
         from reprodqn.determinism import isa
         from reprodqn.forensics import rerun
@@ -115,6 +119,17 @@ def cmd_verify(args) -> int:
     return 0 if result["identical"] else 1
 
 
+def _verify_folders(args) -> int:
+    """Two result folders of any training script that keeps reprodqn.exact's chain."""
+    from reprodqn.forensics import chains
+
+    if len(args.folders) != 2 or args.reference is not None or args.rerun is not None:
+        raise InputError("verify A B: expected exactly two result folders, and no --reference")
+    result = chains.compare(*args.folders)
+    print(chains.summary(result))
+    return 0 if result["identical"] else 1
+
+
 def cmd_gpu_check(args) -> int:
     from reprodqn.forensics import gpu_check
 
@@ -133,10 +148,20 @@ def add_commands(sub) -> None:
 
 def _add_verify(sub) -> None:
     """Comparing with another copy, and keeping a resume point for the bundle."""
-    p = _stage(sub, "verify", "compare this workspace's runs with another copy", cmd_verify)
-    p.add_argument(
-        "--reference", type=Path, required=True, help="another workspace or an unpacked bundle"
+    p = _stage(
+        sub,
+        "verify",
+        "compare this workspace's runs with another copy, or any two result folders",
+        cmd_verify,
     )
+    p.add_argument(
+        "folders",
+        nargs="*",
+        type=Path,
+        metavar="FOLDER",
+        help="two result folders of any script that keeps reprodqn.exact's hash chain",
+    )
+    p.add_argument("--reference", type=Path, help="another workspace or an unpacked bundle")
     p.add_argument("--root", type=Path, default=Path("."))
     p.add_argument(
         "--rerun",

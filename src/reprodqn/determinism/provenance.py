@@ -11,6 +11,7 @@ unrelated package, keeps it; a different GPU or torch build changes it and retra
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -297,14 +298,43 @@ def write_conditions(compute_config, out_dir: Path) -> dict:
 
 
 def write_sbom(path: Path) -> dict:
-    """A CycloneDX JSON SBOM of this Python environment (cyclonedx-bom), reproducible: no
-    timestamp or serial number, and nothing machine-specific. An editable install makes
-    cyclonedx list the project twice, once under a random bom-ref and a file:// path; that
-    copy is dropped, so the same environment always gives the same file."""
-    import json
+    """A CycloneDX JSON SBOM of this Python environment at `path`. Making one takes cyclonedx
+    20 s and more, and the same environment always gives the same file, so it is made once
+    per environment and kept in the user's cache, named by a digest of every installed
+    distribution's name, version and location and of this interpreter (a cache that cannot
+    be written is skipped)."""
+    from reprodqn.core.atomic import write_json
+
+    cached = sbom_cache_path()
+    try:
+        doc = json.loads(cached.read_text())
+    except (OSError, ValueError):
+        doc = sbom_document()
+        try:
+            write_json(cached, doc)
+        except OSError:
+            pass
+    write_json(path, doc)
+    return doc
+
+
+def sbom_cache_path() -> Path:
+    installed = sorted(
+        (str(d.metadata["Name"]), d.version, str(getattr(d, "_path", "")))
+        for d in metadata.distributions()
+    )
+    key = json_digest({"python": sys.executable, "distributions": installed})
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "reprodqn" / "sbom" / f"{key}.json"
+
+
+def sbom_document() -> dict:
+    """The SBOM as cyclonedx-bom writes it, reproducible: no timestamp or serial number,
+    and nothing machine-specific. An editable install makes cyclonedx list the project
+    twice, once under a random bom-ref and a file:// path; that copy is dropped, so the
+    same environment always gives the same document."""
     import tempfile
 
-    from reprodqn.core.atomic import write_json
     from reprodqn.core.errors import InputError
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -350,5 +380,4 @@ def write_sbom(path: Path) -> dict:
         for d in doc.get("dependencies", [])
         if d.get("ref") not in dropped
     ]
-    write_json(path, doc)
     return doc

@@ -166,6 +166,24 @@ class BreakoutEnv(gym.Env):
         return (self.history.frames.copy(), float(reward), over, capped, _eval_info(self._episode))
 
     # -- train mode --------------------------------------------------------------------------
+    def get_state(self) -> dict:
+        """Train mode's whole state (the game, its frame history, its two streams), for an
+        exact resume point (reprodqn.exact.save_resume_point takes the env itself)."""
+        if self.mode != "train":
+            raise InputError("get_state: train mode only (an eval episode restarts at reset)")
+        return {
+            "game": self._game.get_state(),
+            "history": self.history.get_state(),
+            "streams": self._streams.get_state(),
+        }
+
+    def set_state(self, state: dict) -> None:
+        if self.mode != "train":
+            raise InputError("set_state: train mode only (an eval episode restarts at reset)")
+        self._game.set_state(state["game"])
+        self.history.set_state(state["history"])
+        self._streams.set_state(state["streams"])
+
     def _reset_train(self, seed: int | None) -> np.ndarray:
         if seed is not None:  # a new experiment: fresh streams, a fresh game
             self._streams.set_state(

@@ -23,6 +23,7 @@ import torch
 from reprodqn.core import packaged, workspace
 from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
+from reprodqn.determinism.checkpoints import save_weights
 from reprodqn.dqn.network import QNetwork
 from reprodqn.evaluation.protocol import (
     TORCHSCRIPT_SUFFIXES,
@@ -30,7 +31,6 @@ from reprodqn.evaluation.protocol import (
 )
 from reprodqn.evaluation.stage import evaluate_run, evaluation_digest, protocol_episodes
 from reprodqn.training.atari import minimal_action_set
-from reprodqn.training.checkpoints import save_weights
 
 if TYPE_CHECKING:
     from reprodqn.config.params import Params

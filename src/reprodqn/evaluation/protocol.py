@@ -29,6 +29,7 @@ from reprodqn.core import lifeline
 from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import numerics, rng
+from reprodqn.determinism.checkpoints import load_weights
 from reprodqn.dqn.network import QNetwork, q_values
 from reprodqn.training.atari import (
     Emulator,
@@ -37,7 +38,6 @@ from reprodqn.training.atari import (
     start_after_noops,
     start_without_sequence,
 )
-from reprodqn.training.checkpoints import load_weights
 
 EVAL_THREADS = 1  # per worker; parallelism comes from processes, so results never depend on it
 

@@ -14,9 +14,9 @@ from reprodqn.config.params import ranker_run
 from reprodqn.core import workspace
 from reprodqn.core.atomic import atomic_open, write_json
 from reprodqn.core.progress import report_training
+from reprodqn.determinism.checkpoints import load_weights, read_metadata
 from reprodqn.dqn.network import q_values
 from reprodqn.evaluation.protocol import Protocol, end_state_histories, load_network
-from reprodqn.training.checkpoints import load_weights, read_metadata
 from reprodqn.training.loop import train
 
 

@@ -28,8 +28,7 @@ from torch.utils.module_tracker import ModuleTracker
 from reprodqn.core import workspace
 from reprodqn.core.atomic import atomic_open
 from reprodqn.core.errors import InputError
-from reprodqn.determinism import numerics, provenance
-from reprodqn.training import resume
+from reprodqn.determinism import numerics, provenance, resume
 
 FORMAT = "reprodqn-trace/1"
 NAMED_BY_TENSOR = ("optimizer", "sync")  # ops outside any module: named by what they touch

@@ -37,14 +37,13 @@ from reprodqn.core.events import (
     Stepped,
 )
 from reprodqn.core.workers import actor_workers
-from reprodqn.determinism import numerics, provenance
+from reprodqn.determinism import numerics, provenance, resume
+from reprodqn.determinism.checkpoints import cpu_weights
 from reprodqn.determinism.rng import TRAINING_STREAMS, Streams, torch_generator
 from reprodqn.dqn.agent import make_agent
 from reprodqn.dqn.prioritized_replay import PrioritizedReplay, check_memory
 from reprodqn.dqn.replay import ReplayMemory
-from reprodqn.training import resume
 from reprodqn.training.atari import FrameHistory, TrainingEnv
-from reprodqn.training.checkpoints import cpu_weights, save_weights
 from reprodqn.training.lockstep import LockstepRun
 from reprodqn.training.run_state import Accumulators, RunState
 
@@ -327,12 +326,10 @@ def _process_record(run: RunState, rate: float) -> ProcessRecord:
 
 def _checkpoint(run: RunState) -> CheckpointWritten:
     run.flush_losses()
-    path = workspace.checkpoint_path(run.dir, run.step)
-    digest = save_weights(
-        path,
+    line = run.chain.checkpoint(
+        run.step,
         cpu_weights(run.agent.online),
         {
-            "step": str(run.step),
             "network": run.config.agent.network,
             "n_actions": str(run.n_actions),
             "history_length": str(run.config.env.history_length),
@@ -340,11 +337,5 @@ def _checkpoint(run: RunState) -> CheckpointWritten:
             **({"dueling": "True"} if run.config.agent.dueling else {}),  # absent: a plain Q head
         },
     )
-    line = {
-        "step": run.step,
-        "weights_sha256": digest,
-        "loss_chain_sha256": run.loss_chain,
-        "updates": run.updates,
-    }
-    append_line(run.dir / workspace.HASHES, json.dumps(line, sort_keys=True))
-    return CheckpointWritten(run.step, digest, run.loss_chain, run.updates, path)
+    path = workspace.checkpoint_path(run.dir, run.step)
+    return CheckpointWritten(run.step, line["weights_sha256"], run.loss_chain, run.updates, path)

@@ -4,8 +4,6 @@ Run (one actor, the paper's) and LockstepRun (N actors) add the acting side."""
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +14,7 @@ import torch
 
 from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
-from reprodqn.training import resume
+from reprodqn.exact import HashChain, load_resume_point, save_resume_point
 
 if TYPE_CHECKING:  # what subclasses hold, named for the type checker only
     from reprodqn.config.params import RunConfig
@@ -25,16 +23,6 @@ if TYPE_CHECKING:  # what subclasses hold, named for the type checker only
     from reprodqn.dqn.agent import DQNAgent
     from reprodqn.dqn.prioritized_replay import PrioritizedReplay
     from reprodqn.dqn.replay import ReplayMemory
-
-EMPTY_CHAIN = "0" * 64
-
-
-def chain_losses(chain: str, losses: np.ndarray) -> str:
-    """Extend the loss hash chain: h_k = SHA-256(h_{k-1} || float32 loss_k)."""
-    state = bytes.fromhex(chain)
-    for value in losses.astype(np.float32, copy=False):
-        state = hashlib.sha256(state + struct.pack("<f", value)).digest()
-    return state.hex()
 
 
 @dataclass
@@ -70,7 +58,7 @@ class RunState:
     def start_counters(self) -> None:
         self.step = 0
         self.updates = 0
-        self.loss_chain = EMPTY_CHAIN
+        self.chain = HashChain(self.dir)  # hashes.jsonl and checkpoints/, as any script's
         self.pending_losses: list[torch.Tensor] = []
         self.acc = Accumulators()
 
@@ -88,7 +76,7 @@ class RunState:
         if self.pending_losses:
             losses = torch.stack(self.pending_losses).cpu().numpy()
             self.pending_losses.clear()
-            self.loss_chain = chain_losses(self.loss_chain, losses)
+            self.chain.extend(losses)
             self.acc.loss_sum += float(losses.astype(np.float64).sum())
             self.acc.loss_count += len(losses)
 
@@ -132,7 +120,8 @@ class RunState:
         counters = state["run"]
         self.step = int(counters["step"])
         self.updates = int(counters["updates"])
-        self.loss_chain = counters["loss_chain"]
+        self.chain.loss_chain = counters["loss_chain"]
+        self.chain.updates = self.updates
         self.set_own_counters(counters)
         self.acc = Accumulators(**counters["accumulators"])
         self.streams.set_state(state["streams"])
@@ -152,22 +141,28 @@ class RunState:
     def set_games_state(self, state: dict) -> None:
         raise NotImplementedError
 
+    @property
+    def loss_chain(self) -> str:
+        return self.chain.loss_chain
+
     def save_resume_point(self, log_offsets: dict[str, int]) -> None:
-        resume.save(
-            workspace.resume_dir(self.dir),
+        save_resume_point(
+            self.dir,
             self.step,
             {**self.get_state(), "log_offsets": log_offsets},
         )
 
     def load_resume_point(self) -> dict[str, int] | None:
         """Restore from the latest resume point; returns its log offsets, or None."""
-        point = resume.load(workspace.resume_dir(self.dir), self.agent.device)
-        if point is None:
+        state = load_resume_point(self.dir, {}, str(self.agent.device))
+        if state is None:
             return None
-        if point.state["config_digest"] != self.config.digest():
-            raise InputError(f"{point.path}: resume point was written with different params")
-        self.set_state(point.state)
-        return point.state["log_offsets"]
+        if state["config_digest"] != self.config.digest():
+            raise InputError(
+                f"{workspace.resume_dir(self.dir)}: resume point was written with different params"
+            )
+        self.set_state(state)
+        return state["log_offsets"]
 
     def close(self) -> None:
         """Release what the run holds besides memory (a lockstep run's game workers)."""

@@ -8,7 +8,7 @@ def test_a_checkpoint_file_has_the_same_bytes_every_time_it_is_written(tmp_path)
     runs with one chain also write byte-identical checkpoint files (and they still load)."""
     import torch
 
-    from reprodqn.training.checkpoints import load_weights, save_weights
+    from reprodqn.determinism.checkpoints import load_weights, save_weights
 
     tensors = {"layers.0.weight": torch.arange(6.0).reshape(2, 3), "layers.0.bias": torch.ones(2)}
     metadata = {

@@ -1,0 +1,375 @@
+"""Exact, replicable training for any PyTorch script: reprodqn's exactness as a library.
+
+A training script that uses these five pieces gets what reprodqn's own DQN has, and
+`reprodqn verify A B` can compare any two of its result folders:
+
+- `setup()`, called before torch is imported: the CPU instruction-set floor, the thread
+  count, the deterministic-kernel switches and the environment they need;
+- `Streams`: named, seeded random streams (numpy PCG64 or torch generators) with state;
+- `HashChain`: SHA-256 of the weights at every checkpoint and a chain over every loss,
+  in `hashes.jsonl`, with the weights as safetensors checkpoints;
+- `save_resume_point()` / `load_resume_point()`: everything the script holds (modules,
+  optimizers, streams, the chain, replay arrays, environments, counters), written
+  atomically, loaded without pickle and checked against its SHA-256;
+- `start_run()`: the run's config (a different one is refused), the conditions record
+  with its SBOM, and the numerics settings applied.
+
+What it cannot control: GPU kernels that have no deterministic version (torch raises),
+another torch build or another CPU floor (the conditions record names them; `verify`
+says which differ). reprodqn's own DQN keeps its chain with `HashChain` and its resume
+points with the same writer, and sets its process up with the same floor and switches.
+
+May import: core, determinism.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from reprodqn.core import workspace
+from reprodqn.core.atomic import append_line, read_json, truncate, write_json
+from reprodqn.core.digests import json_digest
+from reprodqn.core.errors import InputError
+from reprodqn.determinism import isa
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "InputError",
+    "Setup",
+    "setup",
+    "cpu_floor",
+    "Streams",
+    "JsonLog",
+    "HashChain",
+    "chain_losses",
+    "save_resume_point",
+    "load_resume_point",
+    "start_run",
+]
+
+EMPTY_CHAIN = "0" * 64
+
+# ---------------------------------------------------------------------------------------------
+# The process
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What `setup()` applied: the device, and the settings as conditions.json records them."""
+
+    device: torch.device
+    threads: int
+    cpu_isa: str
+    deterministic_gpu: bool
+    applied: dict = field(default_factory=dict)
+    cpu_reduction_order: str = "fixed"  # reprodqn's gpu-group emulation; scripts keep it fixed
+
+
+def cpu_floor(floor: str = "portable") -> dict:
+    """Pin the CPU kernels of oneDNN, ATen and MKL to an instruction-set floor, so any
+    machine at or above it computes the same bits: "portable" (AVX2, Intel and AMD alike),
+    "avx2", "avx512" or "native" (this machine's own: not portable). Must run before
+    `import torch`: the libraries choose their kernels at the first op."""
+    if floor not in isa.FLOORS:
+        raise InputError(f"cpu_isa: {floor!r}; expected one of {', '.join(isa.FLOORS)}")
+    return isa.apply(floor)
+
+
+def setup(
+    threads: int = 1,
+    cpu_isa: str = "portable",
+    device: str = "cpu",
+    deterministic_gpu: bool = True,
+) -> Setup:
+    """Make this process compute exactly. Call it before `import torch` (the CPU floor's
+    knobs are read when the first kernel runs; set afterwards they would do nothing, so
+    that is refused unless the environment already holds them: call `cpu_floor()` first
+    when the script imports torch at the top).
+
+    Args:
+        threads: torch's intra-op threads (results depend on it); OMP/MKL get the same.
+        cpu_isa: "portable" (AVX2, Intel and AMD alike), "avx2", "avx512" or "native".
+        device: "cpu", "cuda" or "auto".
+        deterministic_gpu: deterministic algorithms and cuDNN, cuBLAS's fixed workspace.
+    """
+    if threads < 1:
+        raise InputError(f"threads: {threads}; expected at least 1")
+    cpu_floor(cpu_isa)
+    for name in isa.THREAD_ENV:  # inherited by any worker the script starts
+        os.environ[name] = str(threads)
+    from reprodqn.determinism import numerics
+
+    torch_device, applied = numerics.configure(device, threads, deterministic_gpu)
+    return Setup(torch_device, threads, cpu_isa, deterministic_gpu, applied)
+
+
+# ---------------------------------------------------------------------------------------------
+# Named streams
+
+
+class Streams:
+    """Named, seeded random streams: numpy PCG64 generators and torch generators, each
+    seeded from its own seed so that changing one source of randomness leaves the others
+    untouched. `streams["name"]` is the generator; draw from it, never from a global one.
+    """
+
+    def __init__(
+        self,
+        numpy: Mapping[str, int] | None = None,
+        torch: Mapping[str, int] | None = None,
+        torch_device: str = "cpu",
+    ):
+        import torch as _torch
+
+        numpy, torch = dict(numpy or {}), dict(torch or {})
+        both = set(numpy) & set(torch)
+        if both:
+            raise InputError(f"streams {sorted(both)}: named as both a numpy and a torch stream")
+        self.seeds = {"numpy": numpy, "torch": torch}
+        self._numpy = {name: np.random.Generator(np.random.PCG64(s)) for name, s in numpy.items()}
+        self._torch = {
+            name: _torch.Generator(device=torch_device).manual_seed(s) for name, s in torch.items()
+        }
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._numpy:
+            return self._numpy[name]
+        if name in self._torch:
+            return self._torch[name]
+        raise KeyError(f"no stream named {name!r} (streams: {sorted(self.names)})")
+
+    @property
+    def names(self) -> list[str]:
+        return [*self._numpy, *self._torch]
+
+    def get_state(self) -> dict:
+        return {
+            "numpy": {n: dict(g.bit_generator.state) for n, g in self._numpy.items()},
+            "torch": {n: g.get_state() for n, g in self._torch.items()},
+        }
+
+    def set_state(self, state: dict) -> None:
+        saved = {kind: sorted(state.get(kind, {})) for kind in ("numpy", "torch")}
+        ours = {"numpy": sorted(self._numpy), "torch": sorted(self._torch)}
+        if saved != ours:
+            raise InputError(f"stream names {saved} in the saved state; this run has {ours}")
+        for name, bit_state in state["numpy"].items():
+            self._numpy[name].bit_generator.state = bit_state
+        for name, torch_state in state["torch"].items():
+            self._torch[name].set_state(torch_state.clone())
+
+
+# ---------------------------------------------------------------------------------------------
+# The hash chain
+
+
+def chain_losses(chain: str, losses: np.ndarray) -> str:
+    """Extend a loss hash chain: h_k = SHA-256(h_{k-1} || float32 loss_k)."""
+    import hashlib
+    import struct
+
+    state = bytes.fromhex(chain)
+    for value in np.asarray(losses).astype(np.float32, copy=False).ravel():
+        state = hashlib.sha256(state + struct.pack("<f", value)).digest()
+    return state.hex()
+
+
+class JsonLog:
+    """An append-only JSON-lines log (one record a line, flushed to disk) whose resume
+    state is its length: restored, the lines written after the resume point are cut off,
+    so a resumed run's log equals an uninterrupted one's."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        append_line(self.path, json.dumps(record, sort_keys=True))
+
+    def get_state(self) -> dict:
+        return {"bytes": self.path.stat().st_size if self.path.exists() else 0}
+
+    def set_state(self, state: dict) -> None:
+        truncate(self.path, int(state["bytes"]))
+
+
+class HashChain:
+    """A run's record of what it computed, in `directory`: every loss folded into a chain
+    as it is computed, and at each checkpoint one line of hashes.jsonl (step, weights
+    SHA-256, loss-chain SHA-256, updates) beside checkpoints/step-N.safetensors.
+    Two runs are identical when their hashes.jsonl are."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        self.log = JsonLog(self.directory / workspace.HASHES)
+        self.loss_chain = EMPTY_CHAIN
+        self.updates = 0
+
+    def extend(self, losses) -> None:
+        """Fold losses in, in order (a float, a sequence, an array or a tensor)."""
+        if hasattr(losses, "detach"):
+            losses = losses.detach().cpu().numpy()
+        losses = np.atleast_1d(np.asarray(losses, dtype=np.float32))
+        self.loss_chain = chain_losses(self.loss_chain, losses)
+        self.updates += losses.size
+
+    def checkpoint(self, step: int, weights, metadata: Mapping[str, object] | None = None) -> dict:
+        """Write the weights (a module or a dict of tensors) and the chain's line; returns
+        the line. The weights hash covers names, dtypes, shapes and bytes."""
+        from reprodqn.determinism.checkpoints import cpu_weights, save_weights
+
+        tensors = cpu_weights(weights) if hasattr(weights, "state_dict") else weights
+        digest = save_weights(
+            workspace.checkpoint_path(self.directory, step),
+            tensors,
+            {"step": str(step), **(metadata or {})},
+        )
+        line = {
+            "step": step,
+            "weights_sha256": digest,
+            "loss_chain_sha256": self.loss_chain,
+            "updates": self.updates,
+        }
+        self.log.write(line)
+        return line
+
+    def get_state(self) -> dict:
+        return {"loss_chain": self.loss_chain, "updates": self.updates, **self.log.get_state()}
+
+    def set_state(self, state: dict) -> None:
+        """Back to the saved point: lines written after it are cut off."""
+        self.loss_chain = str(state["loss_chain"])
+        self.updates = int(state["updates"])
+        self.log.set_state(state)
+
+
+# ---------------------------------------------------------------------------------------------
+# Resume points
+
+
+def save_resume_point(run: str | Path, step: int, parts: Mapping[str, Any]) -> None:
+    """Save every part's state as the run's latest resume point (in run/resume),
+    atomically: a kill at any moment leaves the previous point intact. A part is a module,
+    an optimizer, anything with get_state()/set_state() or state_dict()/load_state_dict(),
+    a list of such (a vector of environments), or plain values (numbers, strings, numpy
+    arrays, tensors, dicts of them)."""
+    from reprodqn.determinism import resume
+
+    state = {name: _state_of(part) for name, part in parts.items()}
+    resume.save(workspace.resume_dir(Path(run)), step, state)
+
+
+def load_resume_point(
+    run: str | Path, parts: Mapping[str, Any], device: str = "cpu"
+) -> dict | None:
+    """Restore the parts from the run's latest resume point, every file checked against its
+    SHA-256 first; returns the saved states by name (plain values are read from here), or
+    None when there is no point yet. Arrays come back memory-mapped and read-only."""
+    import torch
+
+    from reprodqn.determinism import resume
+
+    point = resume.load(workspace.resume_dir(Path(run)), torch.device(device))
+    if point is None:
+        return None
+    missing = set(parts) - set(point.state)
+    if missing:
+        raise InputError(f"{point.path}: resume point has no state for {sorted(missing)}")
+    for name, part in parts.items():
+        _restore(part, point.state[name])
+    return point.state
+
+
+def _state_of(part: Any) -> Any:
+    import torch
+
+    if isinstance(part, list | tuple):
+        return {str(index): _state_of(item) for index, item in enumerate(part)}
+    if isinstance(part, torch.optim.Optimizer):
+        state = part.state_dict()  # JSON keys are strings: the slots' integer ids as text
+        return {"state": {str(k): v for k, v in state["state"].items()}, **_groups(state)}
+    if hasattr(part, "get_state") and hasattr(part, "set_state"):
+        return part.get_state()
+    if hasattr(part, "state_dict") and hasattr(part, "load_state_dict"):
+        return part.state_dict()
+    return part
+
+
+def _groups(state: dict) -> dict:
+    return {"param_groups": json.loads(json.dumps(state["param_groups"]))}
+
+
+def _restore(part: Any, state: Any) -> None:
+    import torch
+
+    if isinstance(part, list | tuple):
+        if len(state) != len(part):
+            raise InputError(f"resume point holds {len(state)} states for {len(part)} parts")
+        for index, item in enumerate(part):
+            _restore(item, state[str(index)])
+    elif isinstance(part, torch.optim.Optimizer):
+        slots = {int(k): v for k, v in state["state"].items()}
+        part.load_state_dict({"state": slots, "param_groups": state["param_groups"]})
+    elif hasattr(part, "get_state") and hasattr(part, "set_state"):
+        part.set_state(state)
+    elif hasattr(part, "state_dict") and hasattr(part, "load_state_dict"):
+        part.load_state_dict(state)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run's records
+
+
+@dataclass(frozen=True)
+class _ComputeRecord:
+    """A Setup as the conditions record reads reprodqn's compute params."""
+
+    process: Setup
+
+    @property
+    def device(self) -> str:
+        return self.process.device.type
+
+    def __getattr__(self, name: str):
+        return getattr(self.process, name)
+
+
+def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) -> dict:
+    """Make the run directory, or check that an existing one holds a run of this very
+    config (a different one is refused: results never mix), and record the conditions,
+    the SBOM and the numerics settings. Returns the conditions record."""
+    from reprodqn.determinism import provenance
+
+    directory = Path(directory)
+    config = json.loads(json.dumps(dict(config), default=str))
+    digest = json_digest(config)
+    recorded = directory / workspace.RUN_CONFIG
+    if recorded.exists():
+        theirs = read_json(recorded, "run config")
+        if theirs.get("digest") != digest:
+            changed = sorted(
+                k
+                for k in set(config) | set(theirs.get("config", {}))
+                if config.get(k) != theirs.get("config", {}).get(k)
+            )
+            raise InputError(
+                f"{directory}: holds a run with a different config ({', '.join(changed)}); "
+                "give another directory or remove it"
+            )
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json(recorded, {"digest": digest, "config": config})
+    conditions = provenance.collect(_ComputeRecord(process))
+    write_json(directory / workspace.CONDITIONS, conditions)
+    write_json(directory / workspace.DETERMINISM, process.applied)
+    if not (directory / workspace.SBOM).exists():
+        provenance.write_sbom(directory / workspace.SBOM)
+    return conditions

@@ -1,0 +1,131 @@
+"""Any two result folders compared by their hash chains (`reprodqn verify A B`): every
+folder under each that holds a hashes.jsonl is a run, matched with the other side's by its
+path; the first checkpoint where a pair parts, and the conditions that differ.
+
+A run written by reprodqn.exact's HashChain has this layout whatever trained it, so this
+checks a PPO script's replication as it checks reprodqn's own runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from itertools import zip_longest
+from pathlib import Path
+
+from reprodqn.core import workspace
+from reprodqn.core.atomic import read_json
+from reprodqn.core.errors import InputError
+from reprodqn.determinism.provenance import differences, fingerprint_fields
+
+CHAIN_FIELDS = {key: name for name, key in workspace.CHAINS.items()} | {"updates": "updates"}
+
+
+def runs(root: Path) -> dict[str, Path]:
+    """Every folder under `root` (itself included) that holds a hashes.jsonl, by its path
+    relative to `root` ("." for the root); resume points and checkpoints are not searched."""
+    if not root.is_dir():
+        raise InputError(f"{root}: not a directory (expected a result folder)")
+    found = {}
+    for parent, children, files in os.walk(root):
+        children[:] = sorted(set(children) - {workspace.RESUME, workspace.CHECKPOINTS})
+        if workspace.HASHES in files:
+            found[Path(parent).relative_to(root).as_posix()] = Path(parent)
+    return found
+
+
+def read_chain(run: Path) -> list[dict]:
+    path = run / workspace.HASHES
+    lines = []
+    for number, text in enumerate(path.read_text().splitlines(), 1):
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:
+            raise InputError(f"{path}: line {number} is not JSON (corrupted?)") from None
+    return lines
+
+
+def first_difference(ours: list[dict], theirs: list[dict]) -> dict | None:
+    """The first checkpoint where two chains part (which records differ there), or where
+    one stops and the other goes on; None when they are the same."""
+    for a, b in zip_longest(ours, theirs):
+        if a is None or b is None:
+            present = a or b
+            return {"step": present.get("step"), "fields": ["length"], "ours": a is not None}
+        if a.get("step") != b.get("step"):
+            return {"step": min(a.get("step", 0), b.get("step", 0)), "fields": ["step"]}
+        fields = [name for key, name in CHAIN_FIELDS.items() if a.get(key) != b.get(key)]
+        if fields:
+            return {"step": a["step"], "fields": fields}
+    return None
+
+
+def compare(ours: str | Path, reference: str | Path) -> dict:
+    """Every run the two folders share, compared checkpoint by checkpoint."""
+    ours, reference = Path(ours), Path(reference)
+    mine, theirs = runs(ours), runs(reference)
+    if not mine or not theirs:
+        empty = ours if not mine else reference
+        raise InputError(f"{empty}: no hashes.jsonl under it (expected a run's result folder)")
+    shared = sorted(set(mine) & set(theirs))
+    if not shared:
+        raise InputError(
+            f"{ours} and {reference} share no run (runs: {', '.join(sorted(mine))} "
+            f"against {', '.join(sorted(theirs))})"
+        )
+    first = None
+    for name in shared:
+        found = first_difference(read_chain(mine[name]), read_chain(theirs[name]))
+        if found is not None:
+            first = {"run": name, **found}
+            break
+    ours_conditions, their_conditions = (_conditions(side[shared[0]]) for side in (mine, theirs))
+    numeric = []
+    if ours_conditions is not None and their_conditions is not None:
+        numeric = differences(
+            fingerprint_fields(ours_conditions), fingerprint_fields(their_conditions)
+        )
+    return {
+        "identical": first is None and set(mine) == set(theirs),
+        "runs_compared": len(shared),
+        "first_divergence": first,
+        "only_ours": sorted(set(mine) - set(theirs)),
+        "only_reference": sorted(set(theirs) - set(mine)),
+        "numeric_conditions_differing": numeric,
+    }
+
+
+def _conditions(run: Path) -> dict | None:
+    path = run / workspace.CONDITIONS
+    return read_json(path, "conditions record") if path.exists() else None
+
+
+def summary(result: dict) -> str:
+    """What `reprodqn verify A B` prints."""
+    first = result["first_divergence"]
+    if result["identical"]:
+        lines = [
+            f"verify: identical: {result['runs_compared']} runs, every checkpoint's weights "
+            "and loss chain"
+        ]
+    elif first is None:
+        lines = [f"verify: DIFFERENT: the runs compared ({result['runs_compared']}) match"]
+    elif first["fields"] == ["length"]:
+        longer = "ours" if first["ours"] else "the reference"
+        lines = [
+            f"verify: DIFFERENT: {first['run']} is the same up to step {first['step']}, "
+            f"where {longer} goes on and the other stops"
+        ]
+    else:
+        lines = [
+            f"verify: DIFFERENT: first divergence in {first['run']} at checkpoint step "
+            f"{first['step']} ({', '.join(first['fields'])})"
+        ]
+    for side in ("ours", "reference"):
+        if result[f"only_{side}"]:
+            lines.append(f"only in {side}: {', '.join(result[f'only_{side}'])}")
+    if result["numeric_conditions_differing"]:
+        lines.append(
+            "conditions that change numbers and differ: "
+            + ", ".join(result["numeric_conditions_differing"])
+        )
+    return "\n".join(lines)

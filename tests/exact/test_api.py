@@ -1,0 +1,155 @@
+"""reprodqn.exact, the public API, piece by piece: streams that resume exactly, a chain
+that names what was computed, resume points that restore modules, optimizers and lists of
+environments, a run folder that refuses another config, and verify on any two folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import reprodqn.envs.breakout  # noqa: F401  (registers the envs)
+from reprodqn import exact
+from reprodqn.core.errors import InputError
+from reprodqn.forensics import chains
+from tests.helpers import cli_env
+
+
+def test_streams_resume_exactly_and_are_independent_by_name():
+    streams = exact.Streams(numpy={"noise": 5}, torch={"init": 1, "actions": 2})
+    streams["noise"].random(3)
+    torch.rand(2, generator=streams["actions"])
+    saved = streams.get_state()
+    expected = (streams["noise"].random(4), torch.rand(4, generator=streams["actions"]))
+    streams.set_state(saved)
+    again = (streams["noise"].random(4), torch.rand(4, generator=streams["actions"]))
+    assert np.array_equal(expected[0], again[0]) and torch.equal(expected[1], again[1])
+    other = exact.Streams(numpy={"noise": 5}, torch={"init": 99, "actions": 2})
+    other["noise"].random(3)
+    torch.rand(2, generator=other["actions"])  # the init seed changed: actions did not
+    assert torch.equal(torch.rand(4, generator=other["actions"]), expected[1])
+    with pytest.raises(KeyError, match="no stream named 'nosie'"):
+        streams["nosie"]
+    with pytest.raises(InputError, match="stream names"):
+        other.set_state({"numpy": {}, "torch": saved["torch"]})
+
+
+def test_the_chain_names_every_loss_and_the_weights_and_cuts_back_on_restore(tmp_path):
+    net = torch.nn.Linear(3, 2)
+    chain = exact.HashChain(tmp_path)
+    chain.checkpoint(0, net)
+    chain.extend(torch.tensor([0.5, 0.25]))
+    saved = chain.get_state()
+    line = chain.checkpoint(10, net, {"note": "x"})
+    assert line["updates"] == 2 and line["loss_chain_sha256"] != exact.EMPTY_CHAIN
+    assert line["loss_chain_sha256"] == exact.chain_losses(exact.EMPTY_CHAIN, np.array([0.5, 0.25]))
+    flipped = exact.HashChain(tmp_path / "b")
+    flipped.extend([0.25, 0.5])  # the order is part of what was computed
+    assert flipped.loss_chain != line["loss_chain_sha256"]
+    assert (tmp_path / "checkpoints" / "step-000000010.safetensors").exists()
+    chain.set_state(saved)
+    lines = (tmp_path / "hashes.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [0]
+
+
+def test_a_resume_point_restores_modules_optimizers_envs_and_plain_values(tmp_path):
+    def world():
+        torch_gen = torch.Generator().manual_seed(0)
+        net = torch.nn.Linear(4, 2)
+        with torch.no_grad():
+            net.weight.copy_(torch.rand(net.weight.shape, generator=torch_gen))
+        optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
+        envs = [gym.make("reprodqn/Breakout-v0", mode="train").unwrapped for _ in range(2)]
+        for i, env in enumerate(envs):
+            env.reset(seed=i)
+        return net, optimizer, envs
+
+    def advance(net, optimizer, envs, n):
+        for _ in range(n):
+            loss = net(torch.ones(1, 4)).pow(2).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            frames = [env.step(1)[0] for env in envs]
+        return net.weight.detach().clone(), frames
+
+    net, optimizer, envs = world()
+    advance(net, optimizer, envs, 3)
+    exact.save_resume_point(tmp_path, 3, {"net": net, "opt": optimizer, "envs": envs, "n": 3})
+    expected = advance(net, optimizer, envs, 5)
+
+    net2, optimizer2, envs2 = world()
+    saved = exact.load_resume_point(tmp_path, {"net": net2, "opt": optimizer2, "envs": envs2})
+    assert saved is not None and saved["n"] == 3
+    got = advance(net2, optimizer2, envs2, 5)
+    assert torch.equal(expected[0], got[0])
+    assert all(np.array_equal(a, b) for a, b in zip(expected[1], got[1], strict=True))
+    assert exact.load_resume_point(tmp_path / "none", {"net": net2}) is None
+    with pytest.raises(InputError, match="no state for"):
+        exact.load_resume_point(tmp_path, {"other": net2})
+
+
+def test_a_run_folder_refuses_another_config_and_records_its_conditions(tmp_path):
+    process = exact.Setup(torch.device("cpu"), 1, "native", True)
+    conditions = exact.start_run(tmp_path, {"lr": 0.1, "seed": 1}, process)
+    assert conditions["numerics"]["torch_threads"] == 1
+    assert {"config.json", "conditions.json", "sbom.cdx.json"} <= {
+        p.name for p in tmp_path.iterdir()
+    }
+    exact.start_run(tmp_path, {"lr": 0.1, "seed": 1}, process)  # the same run, resumed
+    with pytest.raises(InputError, match=r"different config \(lr\)"):
+        exact.start_run(tmp_path, {"lr": 0.2, "seed": 1}, process)
+
+
+def test_the_cpu_floor_is_refused_after_torch_has_chosen_its_kernels():
+    """torch is imported in this process: a floor the environment does not already hold
+    would do nothing, so it is refused in one line."""
+    wanted = "avx2" if os.environ.get("MKL_CBWR") == "COMPATIBLE" else "portable"
+    with pytest.raises(InputError, match="before torch is imported"):
+        exact.cpu_floor(wanted)
+    with pytest.raises(InputError, match="cpu_isa: 'sse'"):
+        exact.cpu_floor("sse")
+
+
+def _chain(root, losses):
+    chain = exact.HashChain(root)
+    net = torch.nn.utils.skip_init(torch.nn.Linear, 2, 2)
+    torch.nn.init.zeros_(net.weight)
+    torch.nn.init.zeros_(net.bias)
+    chain.checkpoint(0, net)
+    for step, loss in enumerate(losses, 1):
+        chain.extend([loss])
+        chain.checkpoint(step * 10, net)
+
+
+def test_verify_compares_any_two_result_folders(tmp_path):
+    _chain(tmp_path / "a" / "seed-0", [1.0, 2.0, 3.0])
+    _chain(tmp_path / "b" / "seed-0", [1.0, 2.0, 3.0])
+    assert chains.compare(tmp_path / "a", tmp_path / "b")["identical"]
+    _chain(tmp_path / "c" / "seed-0", [1.0, 2.5, 3.0])
+    result = chains.compare(tmp_path / "a", tmp_path / "c")
+    assert result["first_divergence"] == {"run": "seed-0", "step": 20, "fields": ["losses"]}
+    _chain(tmp_path / "d" / "seed-0", [1.0, 2.0])
+    assert "goes on and the other stops" in chains.summary(
+        chains.compare(tmp_path / "a", tmp_path / "d")
+    )
+    cli = [sys.executable, "-m", "reprodqn.cli", "verify"]
+    same = subprocess.run(
+        [*cli, "a", "b"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
+    )
+    assert same.returncode == 0 and "identical: 1 runs" in same.stdout
+    parted = subprocess.run(
+        [*cli, "a", "c"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
+    )
+    assert parted.returncode == 1
+    assert "first divergence in seed-0 at checkpoint step 20 (losses)" in parted.stdout
+    empty = subprocess.run(
+        [*cli, "a", "nowhere"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
+    )
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "nowhere" in empty.stderr
