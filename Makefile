@@ -168,7 +168,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench experiments tools examples template
 	$(BIN)/ruff format --check src tests bench experiments tools examples template
 	$(BIN)/python -m mypy
-	$(BIN)/hadolint --no-color Dockerfile
+	$(BIN)/hadolint --no-color Dockerfile template/Dockerfile
 
 # The MLflow UI over this workspace's store, on this machine only. MLflow 3.17 opens an
 # experiment in the mode of its GenAI/Model training switch, whatever the experiment's kind:

