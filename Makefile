@@ -19,6 +19,7 @@ IMAGE   ?= reprodqn:latest
 RESUME_RUN ?= deterministic/0
 MLFLOW_DB ?= $(CURDIR)/mlflow.db
 WORKSPACE ?= $(CURDIR)
+TEST_WORKERS ?= 2
 TORCH   ?= cuda
 TORCH_WHEELS ?= /opt/wheels
 TORCH_WHEEL  ?= torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
@@ -120,8 +121,10 @@ laptop-reference: $(STAMP)
 	cd $(LAPTOP) && reprodqn bundle --reference-dir $(CURDIR)/reference/laptop
 	$(BIN)/python -m tools.laptop_table
 
+# two test processes (pytest-xdist), each taking whole files, so a module's fixtures are
+# made once; TEST_WORKERS=0 runs them in this process
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow

@@ -63,7 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed-envs", type=int, default=4, help="env i's no-op starts: seed + i")
     p.add_argument("--checkpoint-every", type=int, default=10, help="updates between checkpoints")
     p.add_argument("--resume-every", type=int, default=10, help="updates between resume points")
-    p.add_argument("--until", type=int, default=None, help="stop after this update (resumable)")
+    p.add_argument(
+        "--until", type=int, default=None, help="stop at the first update to reach this step"
+    )
     return p.parse_args(argv)
 
 
@@ -206,7 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, eps=1e-5)
     chain = exact.HashChain(args.out)  # exact
     log = exact.JsonLog(args.out / "scores.jsonl")
-    updates = args.steps // (args.envs * args.rollout)
+    per_update = args.envs * args.rollout  # environment steps
+    updates = args.steps // per_update
     scores, update = np.zeros(args.envs), 0
     parts = {"model": model, "optimizer": optimizer, "streams": streams, "chain": chain}  # exact
     parts |= {"log": log, "envs": [e.unwrapped for e in envs.envs]}  # exact
@@ -216,26 +219,26 @@ def main(argv: list[str] | None = None) -> None:
     else:  # exact: the loop's own state, as it was saved
         run = saved["run"]
         obs, scores, update = np.array(run["obs"]), np.array(run["scores"]), int(run["update"])
-    end = updates if args.until is None else min(args.until, updates)
+    end = updates if args.until is None else min(-(-args.until // per_update), updates)
     started, first = time.monotonic(), update
     while update < end:
         for group in optimizer.param_groups:  # linear annealing to 0
             group["lr"] = args.lr * (1 - update / updates)
-        step = update * args.envs * args.rollout
+        step = update * per_update
         batch, obs = collect(args, envs, model, streams, obs, scores, log, step)
         with torch.no_grad():
             next_value = model(torch.from_numpy(obs))[1]
         adv, returns = advantages(args, batch, next_value)
         chain.extend(learn(args, model, optimizer, streams, batch, adv, returns))  # exact
         update += 1
-        step = update * args.envs * args.rollout
+        step = update * per_update
         if update % args.checkpoint_every == 0 or update == updates:
             chain.checkpoint(step, model)  # exact
         if update % args.resume_every == 0 or update == end:
             run = {"obs": obs, "scores": scores, "update": update}
             exact.save_resume_point(args.out, step, parts | {"run": run})  # exact
-        rate = (update - first) * args.envs * args.rollout / (time.monotonic() - started)
-        eta = (end - update) * args.envs * args.rollout / max(rate, 1e-9)
+        rate = (update - first) * per_update / (time.monotonic() - started)
+        eta = (end - update) * per_update / max(rate, 1e-9)
         print(f"update {update}/{updates}  step {step:,}  {rate:,.0f} steps/s  ETA {eta:,.0f} s")
     if update == updates:
         torch.jit.save(torch.jit.script(GreedyPolicy(model).eval()), str(args.out / "policy.pt"))

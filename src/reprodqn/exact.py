@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -345,8 +346,9 @@ class _ComputeRecord:
 
 def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) -> dict:
     """Make the run directory, or check that an existing one holds a run of this very
-    config (a different one is refused: results never mix), and record the conditions,
-    the SBOM and the numerics settings. Returns the conditions record."""
+    config (a different one is refused: results never mix), and record the command that
+    runs it (what `reprodqn verify RUN --until STEP` runs again), the conditions, the SBOM
+    and the numerics settings. Returns the conditions record."""
     from reprodqn.determinism import provenance
 
     directory = Path(directory)
@@ -366,7 +368,8 @@ def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) 
                 "give another directory or remove it"
             )
     directory.mkdir(parents=True, exist_ok=True)
-    write_json(recorded, {"digest": digest, "config": config})
+    command = {"script": sys.argv[0], "arguments": sys.argv[1:], "cwd": os.getcwd()}
+    write_json(recorded, {"digest": digest, "config": config, "command": command})
     conditions = provenance.collect(_ComputeRecord(process))
     write_json(directory / workspace.CONDITIONS, conditions)
     write_json(directory / workspace.DETERMINISM, process.applied)

@@ -58,6 +58,17 @@ def test_the_chain_names_every_loss_and_the_weights_and_cuts_back_on_restore(tmp
     assert [json.loads(x)["step"] for x in lines] == [0]
 
 
+def test_a_log_restored_to_a_resume_point_drops_the_lines_written_after_it(tmp_path):
+    log = exact.JsonLog(tmp_path / "scores.jsonl")
+    log.write({"step": 1, "score": 2.0})
+    exact.save_resume_point(tmp_path, 1, {"log": log})
+    log.write({"step": 2, "score": 5.0})  # written after the point: a killed run's
+    exact.load_resume_point(tmp_path, {"log": log})
+    log.write({"step": 2, "score": 5.0})  # the resumed run writes it again, once
+    lines = (tmp_path / "scores.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2]
+
+
 def test_a_resume_point_restores_modules_optimizers_envs_and_plain_values(tmp_path):
     def world():
         torch_gen = torch.Generator().manual_seed(0)

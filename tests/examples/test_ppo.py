@@ -96,6 +96,36 @@ def test_verify_names_the_first_checkpoint_a_changed_seed_moves(runs, tmp_path):
     assert "only in ours: b" in verify.stdout
 
 
+def test_verify_reruns_a_run_from_its_recorded_command_to_a_step(runs, tmp_path):
+    """`verify RUN --until STEP` runs the command config.json records again, here; a
+    script changed since (another default seed) is named at its first checkpoint."""
+    cli = [sys.executable, "-m", "reprodqn.cli", "verify", str(runs / "t1" / "a")]
+    same = subprocess.run(
+        [*cli, "--until", "256", "--scratch", str(tmp_path / "same")],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert same.returncode == 0, same.stderr[-2000:]
+    assert "rerun here to step 256; 3 checkpoints match" in same.stdout
+    changed = tmp_path / "changed.py"
+    changed.write_text(
+        SCRIPT.read_text().replace(
+            '"--seed-minibatch", type=int, default=3', '"--seed-minibatch", type=int, default=30'
+        )
+    )
+    parted = subprocess.run(
+        [*cli, "--until", "256", "--scratch", str(tmp_path / "parted"), "--script", str(changed)],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert parted.returncode == 1, parted.stderr[-2000:]
+    assert "parts at checkpoint step 128 (weights, losses)" in parted.stdout
+
+
 def test_another_config_in_the_same_folder_is_refused_in_one_line(runs):
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--out", str(runs / "t1" / "a"), *TINY, "--lr", "1e-3"],

@@ -120,11 +120,18 @@ def cmd_verify(args) -> int:
 
 
 def _verify_folders(args) -> int:
-    """Two result folders of any training script that keeps reprodqn.exact's chain."""
+    """Two result folders of any training script that keeps reprodqn.exact's chain, or one
+    such run rerun here to --until."""
     from reprodqn.forensics import chains
 
-    if len(args.folders) != 2 or args.reference is not None or args.rerun is not None:
-        raise InputError("verify A B: expected exactly two result folders, and no --reference")
+    if args.reference is not None or args.rerun is not None:
+        raise InputError("verify FOLDER...: result folders take no --reference or --rerun")
+    if len(args.folders) == 1 and args.until is not None:
+        result = chains.rerun(args.folders[0], args.until, args.scratch, args.script)
+        print(chains.rerun_summary(result))
+        return 0 if result["identical"] else 1
+    if len(args.folders) != 2 or args.until is not None:
+        raise InputError("verify: expected two result folders (A B), or one with --until STEP")
     result = chains.compare(*args.folders)
     print(chains.summary(result))
     return 0 if result["identical"] else 1
@@ -174,13 +181,20 @@ def _add_verify(sub) -> None:
         type=int,
         default=None,
         metavar="STEP",
-        help="with --rerun: the step to retrain to",
+        help="with --rerun, or one result folder: the step to retrain to",
     )
     p.add_argument(
         "--scratch",
         type=Path,
         default=Path("build/rerun"),
         help="with --rerun: where the retrained run goes (default build/rerun)",
+    )
+    p.add_argument(
+        "--script",
+        type=Path,
+        default=None,
+        help="with one result folder: the script that wrote it, where its recorded path "
+        "is not this machine's",
     )
     p = _stage(
         sub,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from itertools import zip_longest
 from pathlib import Path
 
@@ -97,6 +99,81 @@ def compare(ours: str | Path, reference: str | Path) -> dict:
 def _conditions(run: Path) -> dict | None:
     path = run / workspace.CONDITIONS
     return read_json(path, "conditions record") if path.exists() else None
+
+
+def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> dict:
+    """Run the command that wrote `run` (its config.json's, recorded by exact.start_run)
+    again here, into `scratch` and only up to step `until` (the script's own `--out` and
+    `--until`), and compare the chain it writes with the start of `run`'s."""
+    run, scratch = Path(run), Path(scratch)
+    command = read_json(run / workspace.RUN_CONFIG, "run config").get("command")
+    if not command:
+        raise InputError(f"{run}: its config.json records no command (exact.start_run writes it)")
+    cwd = Path(command["cwd"]) if Path(command["cwd"]).is_dir() else Path.cwd()
+    path = Path(script) if script is not None else cwd / command["script"]
+    if not path.is_file():
+        raise InputError(f"{path}: the script that wrote {run} is not here (give --script PATH)")
+    if scratch.exists() and any(scratch.iterdir()):
+        raise InputError(f"{scratch}: not empty (the rerun writes a fresh run; give --scratch)")
+    arguments = _out_and_until(command["arguments"], run, scratch, until)
+    done = subprocess.run([sys.executable, str(path), *arguments], cwd=cwd, stdout=sys.stderr)
+    if done.returncode != 0:
+        raise InputError(f"{path}: exited {done.returncode} rerunning {run} to step {until}")
+    ours, theirs = read_chain(scratch), read_chain(run)
+    first = first_difference(ours, theirs[: len(ours)])
+    conditions = [_conditions(side) for side in (scratch, run)]
+    numeric = []
+    if conditions[0] is not None and conditions[1] is not None:
+        numeric = differences(fingerprint_fields(conditions[0]), fingerprint_fields(conditions[1]))
+    return {
+        "identical": first is None,
+        "run": str(run),
+        "until": until,
+        "records_compared": len(ours),
+        "first_divergence": first,
+        "numeric_conditions_differing": numeric,
+    }
+
+
+def _out_and_until(arguments: list[str], run: Path, scratch: Path, until: int) -> list[str]:
+    """The recorded arguments with --out naming the scratch folder and --until the step."""
+    kept, out_given, skip = [], False, False
+    for index, argument in enumerate(arguments):
+        if skip:
+            skip = False
+            continue
+        name = argument.split("=", 1)[0]
+        if name in ("--out", "--until"):
+            skip = "=" not in argument and index + 1 < len(arguments)
+            out_given |= name == "--out"
+            continue
+        kept.append(argument)
+    if not out_given:
+        raise InputError(
+            f"{run}: its command has no --out (verify --until reruns scripts with one)"
+        )
+    return [*kept, "--out", str(scratch), "--until", str(until)]
+
+
+def rerun_summary(result: dict) -> str:
+    """What `reprodqn verify RUN --until STEP` prints."""
+    first = result["first_divergence"]
+    if result["identical"]:
+        lines = [
+            f"verify: identical: {result['run']} rerun here to step {result['until']}; "
+            f"{result['records_compared']} checkpoints match"
+        ]
+    else:
+        lines = [
+            f"verify: DIFFERENT: rerun here, {result['run']} parts at checkpoint step "
+            f"{first['step']} ({', '.join(first['fields'])})"
+        ]
+    if result["numeric_conditions_differing"]:
+        lines.append(
+            "conditions that change numbers and differ: "
+            + ", ".join(result["numeric_conditions_differing"])
+        )
+    return "\n".join(lines)
 
 
 def summary(result: dict) -> str:
