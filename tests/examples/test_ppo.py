@@ -63,7 +63,8 @@ def test_two_runs_with_the_same_seeds_give_one_chain(runs, threads):
 
 def test_killed_at_a_random_moment_and_resumed_it_ends_with_the_uninterrupted_chain(runs, tmp_path):
     """SIGKILL once a random number of resume points is written, after a random delay: the
-    same command again resumes from the last intact point."""
+    same command again resumes from the last intact point. (The score log is compared too;
+    that a resumed log drops the lines written after its point is test_api's.)"""
     draw = random.Random(time.time_ns())  # a different moment each run; printed on failure
     after, delay = draw.randint(1, 6), draw.uniform(0.0, 0.5)
     latest = tmp_path / "run" / "resume" / "latest.json"
