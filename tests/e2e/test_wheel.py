@@ -231,7 +231,12 @@ def test_a_study_made_from_the_template_installs_and_passes_its_own_tests(venv, 
     uv = Path(sys.executable).parent / "uv"
     tested = run_in(
         project,
-        ["make", "test", f"VENV={venv}", f"PIP={uv} pip --python {venv / 'bin' / 'python'}"],
+        [
+            "make",
+            "test",
+            f"VENV={venv}",
+            f"PIP_INSTALL={uv} pip install --python {venv}/bin/python",
+        ],
         fresh_env(venv),
     )
     assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-2000:]
