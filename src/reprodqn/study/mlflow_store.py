@@ -185,8 +185,8 @@ class RunTracker:
         mlflow = load_mlflow()
         from mlflow.entities import RunTag
 
+        self.experiment = experiment_id()  # first: it points MLflow at the study's store
         self.client = mlflow.MlflowClient()
-        self.experiment = experiment_id()
         identity = {
             f"{TAG}kind": "run",
             f"{TAG}group": config.group,

@@ -124,8 +124,8 @@ def study_identity(params, fingerprint: str | None) -> dict[str, str]:
 def study_run(params, fingerprint: str | None) -> str:
     """Get or create the study run (RUNNING while a stage works), the parent of its group x
     run runs."""
+    experiment = mlflow_store.experiment_id()  # first: it points MLflow at the study's store
     client = mlflow_store.load_mlflow().MlflowClient()
-    experiment = mlflow_store.experiment_id()
     identity = study_identity(params, fingerprint)
     existing = mlflow_store.find_run(client, experiment, identity)
     if existing is not None:
@@ -151,8 +151,8 @@ def finish_study_run(run_id: str) -> None:
 def log_study(params, fingerprint: str | None, metrics: dict, files: list[Path]) -> str:
     """Table 1, the figures, the verdict and report.html into the study run. A digest of the
     report's content is its tag, so an unchanged report is logged once."""
-    client = mlflow_store.load_mlflow().MlflowClient()
     run_id = study_run(params, fingerprint)
+    client = mlflow_store.load_mlflow().MlflowClient()
     digest = hashlib.sha256()
     for path in sorted(files):
         digest.update(Path(path).name.encode())
