@@ -36,6 +36,11 @@ def ppo(out: Path, *extra: str, wait: bool = True) -> subprocess.Popen | str:
     return done.stdout
 
 
+def reprodqn(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "reprodqn.cli", *argv]
+    return subprocess.run(command, env=cli_env(), capture_output=True, text=True, cwd=cwd)
+
+
 def records(run: Path) -> dict[str, bytes]:
     return {name: (run / name).read_bytes() for name in RECORDS}
 
@@ -85,13 +90,7 @@ def test_killed_at_a_random_moment_and_resumed_it_ends_with_the_uninterrupted_ch
 
 def test_verify_names_the_first_checkpoint_a_changed_seed_moves(runs, tmp_path):
     ppo(tmp_path / "t1" / "a", "--threads", "1", "--seed-minibatch", "30")
-    verify = subprocess.run(
-        [sys.executable, "-m", "reprodqn.cli", "verify", str(runs / "t1"), str(tmp_path / "t1")],
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+    verify = reprodqn("verify", str(runs / "t1"), str(tmp_path / "t1"), cwd=tmp_path)
     assert verify.returncode == 1
     assert "first divergence in a at checkpoint step 128 (weights, losses)" in verify.stdout
     assert "only in ours: b" in verify.stdout
@@ -100,14 +99,8 @@ def test_verify_names_the_first_checkpoint_a_changed_seed_moves(runs, tmp_path):
 def test_verify_reruns_a_run_from_its_recorded_command_to_a_step(runs, tmp_path):
     """`verify RUN --until STEP` runs the command config.json records again, here; a
     script changed since (another default seed) is named at its first checkpoint."""
-    cli = [sys.executable, "-m", "reprodqn.cli", "verify", str(runs / "t1" / "a")]
-    same = subprocess.run(
-        [*cli, "--until", "256", "--scratch", str(tmp_path / "same")],
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+    rerun = ["verify", str(runs / "t1" / "a"), "--until", "256", "--scratch"]
+    same = reprodqn(*rerun, str(tmp_path / "same"), cwd=tmp_path)
     assert same.returncode == 0, same.stderr[-2000:]
     assert "rerun here to step 256; 3 checkpoints match" in same.stdout
     changed = tmp_path / "changed.py"
@@ -116,13 +109,7 @@ def test_verify_reruns_a_run_from_its_recorded_command_to_a_step(runs, tmp_path)
             '"--seed-minibatch", type=int, default=3', '"--seed-minibatch", type=int, default=30'
         )
     )
-    parted = subprocess.run(
-        [*cli, "--until", "256", "--scratch", str(tmp_path / "parted"), "--script", str(changed)],
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+    parted = reprodqn(*rerun, str(tmp_path / "parted"), "--script", str(changed), cwd=tmp_path)
     assert parted.returncode == 1, parted.stderr[-2000:]
     assert "parts at checkpoint step 128 (weights, losses)" in parted.stdout
 
@@ -141,13 +128,8 @@ def test_another_config_in_the_same_folder_is_refused_in_one_line(runs):
 def test_its_policy_is_evaluated_under_the_papers_protocol(runs, tmp_path):
     policy = runs / "t1" / "a" / "policy.pt"
     sets = ["--set", "evaluation.episodes=2", "--set", "evaluation.max_frames=400"]
-    done = subprocess.run(
-        [sys.executable, "-m", "reprodqn.cli", "evaluate-policy", str(policy), "--out-dir", "e"]
-        + ["--workers", "1", *sets],
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
+    done = reprodqn(
+        "evaluate-policy", str(policy), "--out-dir", "e", "--workers", "1", *sets, cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = (tmp_path / "e" / "eval.csv").read_text().splitlines()

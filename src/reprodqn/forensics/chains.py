@@ -80,12 +80,7 @@ def compare(ours: str | Path, reference: str | Path) -> dict:
         if found is not None:
             first = {"run": name, **found}
             break
-    ours_conditions, their_conditions = (_conditions(side[shared[0]]) for side in (mine, theirs))
-    numeric = []
-    if ours_conditions is not None and their_conditions is not None:
-        numeric = differences(
-            fingerprint_fields(ours_conditions), fingerprint_fields(their_conditions)
-        )
+    numeric = numeric_conditions_differing(mine[shared[0]], theirs[shared[0]])
     return {
         "identical": first is None and set(mine) == set(theirs),
         "runs_compared": len(shared),
@@ -96,9 +91,16 @@ def compare(ours: str | Path, reference: str | Path) -> dict:
     }
 
 
-def _conditions(run: Path) -> dict | None:
-    path = run / workspace.CONDITIONS
-    return read_json(path, "conditions record") if path.exists() else None
+def numeric_conditions_differing(ours: Path, theirs: Path) -> list[str]:
+    """The conditions that change numbers and differ between two runs' records (none
+    where either run has no conditions.json)."""
+    records = []
+    for run in (ours, theirs):
+        path = run / workspace.CONDITIONS
+        if not path.exists():
+            return []
+        records.append(fingerprint_fields(read_json(path, "conditions record")))
+    return differences(records[0], records[1])
 
 
 def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> dict:
@@ -121,10 +123,7 @@ def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> d
         raise InputError(f"{path}: exited {done.returncode} rerunning {run} to step {until}")
     ours, theirs = read_chain(scratch), read_chain(run)
     first = first_difference(ours, theirs[: len(ours)])
-    conditions = [_conditions(side) for side in (scratch, run)]
-    numeric = []
-    if conditions[0] is not None and conditions[1] is not None:
-        numeric = differences(fingerprint_fields(conditions[0]), fingerprint_fields(conditions[1]))
+    numeric = numeric_conditions_differing(scratch, run)
     return {
         "identical": first is None,
         "run": str(run),
