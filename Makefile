@@ -9,10 +9,11 @@ STAMP   := $(VENV)/.installed
 SMOKE   := build/smoke
 LAPTOP  ?= build/laptop
 # make laptop GAME=pong LAPTOP=build/laptop-pong: the study on another game, evaluated on
-# GAME_STATES (none: from the reset screen after no-ops, not the paper's protocol; or a
-# start-sequence file of that game, e.g. one the select stage made)
+# GAME_STATES: by default the game's own start states where this checkout has them
+# (start_sequences/GAME.json, made by the paper's method), otherwise none (from the reset
+# screen after no-ops, not the paper's protocol); or any start-sequence file of that game
 GAME    ?=
-GAME_STATES ?= none
+GAME_STATES ?= $(if $(wildcard start_sequences/$(GAME).json),start_sequences/$(GAME).json,none)
 UI_PORT ?= 5000
 IMAGE   ?= reprodqn:latest
 # make bundle RESUME=STEP ships this run's resume point at STEP
@@ -72,7 +73,8 @@ define fill-workspace
 	mkdir -p $(1)/start_sequences
 	cp dvc.yaml .dvcignore CITATION.cff $(1)/
 	[ -d $(1)/.dvc ] || { cp -r .dvc $(1)/.dvc && rm -rf $(1)/.dvc/tmp; }
-	cp start_sequences/dvc.yaml start_sequences/authors* $(1)/start_sequences/
+	cp start_sequences/dvc.yaml start_sequences/authors* $(wildcard start_sequences/$(GAME).json) \
+	  $(1)/start_sequences/
 	rm -rf $(1)/src && cp -r src $(1)/src && find $(1)/src -name __pycache__ -prune -exec rm -rf {} +
 endef
 

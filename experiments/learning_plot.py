@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 PANELS = (
-    ("score", "greedy score on the authors' start states"),
+    ("score", "greedy score on {states}"),
     ("max_q", "mean max_a Q"),
     ("greedy_actions", "distinct greedy actions"),
     ("q_spread", "Q's spread across start states (log)"),
@@ -110,7 +110,21 @@ def main() -> None:
         default=None,
         help="also write the runs as the README's markdown table here",
     )
+    parser.add_argument(
+        "--states",
+        default="the authors' start states",
+        help="what the probes played from, for the score panel's title",
+    )
+    parser.add_argument(
+        "--panels",
+        nargs="+",
+        choices=[key for key, _ in PANELS],
+        default=[key for key, _ in PANELS],
+        help="which panels to draw (a game whose probe states are all one screen, Pong's "
+        "no-op starts, has no greedy-action or spread panel worth drawing)",
+    )
     args = parser.parse_args()
+    panels = [(key, name.format(states=args.states)) for key, name in PANELS if key in args.panels]
     runs = []
     for item in args.runs:
         label, sep, path = item.partition("=")
@@ -119,8 +133,9 @@ def main() -> None:
         runs.append((label, read(Path(path))))
     if args.markdown:
         args.markdown.write_text(markdown_table(runs))
-    fig, axes = plt.subplots(1, 4, figsize=(18, 6))
-    for ax, (key, name) in zip(axes, PANELS, strict=True):
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 6), squeeze=False)
+    axes = axes[0]
+    for ax, (key, name) in zip(axes, panels, strict=True):
         step0: dict[float, list[tuple[int, str]]] = {}  # runs sharing an initialisation: one line
         for colour, (label, lines) in enumerate(runs):
             shown = [line for line in lines if key in line]  # older logs lack q_spread

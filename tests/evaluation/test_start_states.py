@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from reprodqn.config.params import load_params
+from reprodqn.core import packaged
 from reprodqn.core.atomic import write_json
 from reprodqn.core.errors import InputError
 from reprodqn.evaluation import start_states
@@ -243,8 +244,11 @@ def test_another_games_candidates_draw_its_own_minimal_actions_and_stay_its_own(
     write_json(path, pong)
     doc = start_states.load(path)  # its own action set is what its sequences are checked on
     start_states.check_game(doc, path, "pong")
-    with pytest.raises(InputError, match="start states of 'pong', but env.game is 'breakout'"):
+    with pytest.raises(
+        InputError, match="start states of 'pong', but env.game is 'breakout'"
+    ) as refused:
         start_states.check_game(doc, path, "breakout")
+    assert str(packaged.authors_start_sequences()) in str(refused.value)  # the remedy named
     selected = start_states.select(
         pong, np.arange(50.0), small.model_copy(update={"top_k": 20, "selected": 5}), "r", "c",
         tmp_path,

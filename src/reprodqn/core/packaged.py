@@ -49,8 +49,10 @@ def authors_start_sequences() -> Path:
 
 
 def game_start_sequences(game: str) -> Path | None:
-    """A game's start states made by the paper's method, if the package carries them
-    (start_sequences/GAME.json); None otherwise."""
+    """The start states the package carries for a game: the authors' for Breakout, those
+    made by the paper's method for another (start_sequences/GAME.json); None otherwise."""
+    if game == "breakout":
+        return authors_start_sequences()
     path = _data("start_sequences", f"{game}.json")
     return path if path.is_file() else None
 

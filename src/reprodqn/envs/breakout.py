@@ -256,8 +256,6 @@ def _start_sequences(chosen: str | Path | None, game: str) -> str:
     game (the authors' for Breakout), or none for a game the package has none for."""
     if chosen:
         return str(chosen)
-    if game == "breakout":
-        return str(packaged.authors_start_sequences())
     return str(packaged.game_start_sequences(game) or start_states.NONE)
 
 

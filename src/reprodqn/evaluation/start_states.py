@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from reprodqn.core import packaged
 from reprodqn.core.atomic import read_json, write_json, write_text
 from reprodqn.core.digests import json_digest, sha256_file
 from reprodqn.core.errors import InputError
@@ -159,10 +160,15 @@ def check_sequence(sequence, where: str, action_set: tuple[int, ...] = BREAKOUT_
 def check_game(doc: dict, path: Path, game: str) -> None:
     """Start states are a game's own: replayed on another game they mean nothing."""
     if doc.get("game", "breakout") != game:
+        shipped = packaged.game_start_sequences(game)
+        remedy = (
+            f"the package's for {game}: evaluation.start_sequences: {shipped}"
+            if shipped
+            else "make that game's with the select stage"
+        )
         raise InputError(
-            f"{path}: start states of {doc.get('game')!r}, but env.game is {game!r} (make "
-            "that game's with the select stage, or evaluate with "
-            "evaluation.start_sequences: none)"
+            f"{path}: start states of {doc.get('game')!r}, but env.game is {game!r} "
+            f"(evaluate with {remedy}, or with evaluation.start_sequences: none)"
         )
 
 
