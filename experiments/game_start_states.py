@@ -21,6 +21,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +65,8 @@ def scores(params_path: Path, checkpoint: Path, sha256: str, specs_of: str, stat
 
 
 def figure(ranking: Path, selected: dict, out: Path, game: str, summary: dict) -> None:
+    """Left: every candidate's max-Q by rank, the selected marked; right: the ranker's
+    greedy scores on the selected states and from no-op starts."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -73,21 +76,33 @@ def figure(ranking: Path, selected: dict, out: Path, game: str, summary: dict) -
     rows = np.genfromtxt(ranking, delimiter=",", names=True)
     order = np.argsort(rows["rank"])
     chosen = set(selected["provenance"]["candidate_indices"])
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    fig, (ax, scores_ax) = plt.subplots(
+        1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [3, 2]}
+    )
     ax.plot(rows["rank"][order], rows["max_q"][order], color="0.6", lw=1, label="candidates")
     picked = [i for i in order if int(rows["index"][i]) in chosen]
     ax.scatter(rows["rank"][picked], rows["max_q"][picked], s=10, color="C3",
                label=f"the {len(picked)} selected")  # fmt: skip
     top_k = int(selected["provenance"]["ranking"].split("top ")[1].split()[0])
     ax.axvline(top_k + 0.5, color="C0", ls="--", lw=1, label=f"top {top_k}")
-    ax.set_xlabel("rank by the ranker's max-Q at the end state")
+    ax.set_xlabel(f"rank of {len(rows)} candidates by the ranker's max-Q at the end state")
     ax.set_ylabel("max_a Q(s, a)")
-    ax.set_title(
-        f"{game}: greedy score {summary['selected_mean']:.2f} on the selected states, "
-        f"{summary['resets_mean']:.2f} from no-op starts",
-        fontsize=10,
-    )
+    ax.set_title(f"{game}: the ranking and the draw", fontsize=10)
     ax.legend(frameon=False, fontsize=8)
+    low = min(min(summary["selected"]), min(summary["resets"]))
+    high = max(max(summary["selected"]), max(summary["resets"]))
+    bins = np.arange(low - 0.5, high + 1.5)
+    for key, colour, name in (
+        ("selected", "C3", "selected states"),
+        ("resets", "0.5", "no-op starts"),
+    ):
+        values = summary[key]
+        label = f"{name}: mean {np.mean(values):.2f} ({len(values)} episodes)"
+        scores_ax.hist(values, bins=bins, color=colour, alpha=0.55, label=label)
+    scores_ax.set_xlabel("the ranker's greedy score per episode")
+    scores_ax.set_ylabel("episodes")
+    scores_ax.set_title("what the ranker scores from them", fontsize=10)
+    scores_ax.legend(frameon=False, fontsize=8)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
@@ -126,12 +141,18 @@ def main() -> None:
         }
         weights = (checkpoint, chain[-1]["weights_sha256"])
         selected_file = ws / "start_sequences" / "selected.json"
+        started = time.monotonic()
+        print(f"greedy play from the {selected['count']} selected states ...", flush=True)
         on_selected = scores(ws / "params.yaml", *weights, "selected", selected_file)
+        print(f"  done in {time.monotonic() - started:.0f} s; then from {args.episodes} "
+              "no-op starts ...", flush=True)  # fmt: skip
         on_resets = scores(ws / "params.yaml", *weights, "resets", args.episodes)
+        print(f"  done in {time.monotonic() - started:.0f} s in all", flush=True)
         summary = {
             "selected_mean": sum(on_selected) / len(on_selected),
             "resets_mean": sum(on_resets) / len(on_resets),
-            "episodes": [len(on_selected), len(on_resets)],
+            "selected": on_selected,
+            "resets": on_resets,
         }
         selected["provenance"]["greedy_score"] = summary
         from reprodqn.core.atomic import write_json
@@ -141,7 +162,11 @@ def main() -> None:
         (args.figure.with_suffix(".csv")).write_text(
             (ws / "start_sequences" / "ranking.csv").read_text()
         )
-    print(json.dumps(summary), flush=True)
+    print(
+        f"greedy score: {summary['selected_mean']:.2f} on the selected states, "
+        f"{summary['resets_mean']:.2f} from no-op starts; wrote {args.out} and {args.figure}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
