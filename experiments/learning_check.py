@@ -180,6 +180,12 @@ def main() -> None:
         "has written, and rewrite its learning_check.jsonl",
     )
     parser.add_argument(
+        "--new-only",
+        action="store_true",
+        help="with --reprobe: keep the lines already in learning_check.jsonl and probe only "
+        "the checkpoints written since (the same states and cap as before are yours to keep)",
+    )
+    parser.add_argument(
         "--train-only",
         action="store_true",
         help="train and write checkpoints, probe nothing (probe them later with --reprobe): "
@@ -250,7 +256,14 @@ def main() -> None:
         )
 
     if args.reprobe:
+        kept = log.read_text().splitlines(keepends=True) if args.new_only and log.exists() else []
+        if kept:
+            lines.extend(kept)
+            step0 = json.loads(kept[0])["step0"]
+        probed = {json.loads(line)["step"] for line in kept}
         for line in workspace.read_hashes(run_dir):
+            if line["step"] in probed:
+                continue
             record(
                 line["step"], probe_checkpoint(run_dir, line, protocol, sequences, histories, specs)
             )
