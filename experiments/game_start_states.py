@@ -102,6 +102,7 @@ def figure(ranking: Path, selected: dict, out: Path, game: str, summary: dict) -
     scores_ax.set_xlabel("the ranker's greedy score per episode")
     scores_ax.set_ylabel("episodes")
     scores_ax.set_title("what the ranker scores from them", fontsize=10)
+    scores_ax.set_ylim(top=scores_ax.get_ylim()[1] * 1.3)  # room for the legend
     scores_ax.legend(frameon=False, fontsize=8)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)

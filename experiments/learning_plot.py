@@ -133,7 +133,10 @@ def main() -> None:
         runs.append((label, read(Path(path))))
     if args.markdown:
         args.markdown.write_text(markdown_table(runs))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 6), squeeze=False)
+    wide = len(panels) > 2  # the legend's share of a short figure is smaller
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(4.5 * len(panels), 6 if wide else 5), squeeze=False
+    )
     axes = axes[0]
     for ax, (key, name) in zip(axes, panels, strict=True):
         step0: dict[float, list[tuple[int, str]]] = {}  # runs sharing an initialisation: one line
@@ -185,7 +188,7 @@ def main() -> None:
         handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=8, frameon=False
     )
     fig.suptitle(args.title)
-    fig.tight_layout(rect=(0, 0.2, 1, 1))
+    fig.tight_layout(rect=(0, 0.2 if wide else 0.1, 1, 1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".tmp.png")
     fig.savefig(tmp, dpi=110)

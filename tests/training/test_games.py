@@ -131,3 +131,34 @@ def test_an_evaluation_without_start_states_is_named_as_not_the_papers_protocol(
     authors = load_params(PARAMS, ["env.game=pong"])  # Breakout's states, on Pong
     with pytest.raises(InputError, match="start states of 'breakout', but env.game is 'pong'"):
         protocol_episodes(authors, authors.evaluation, None)
+
+
+def test_pongs_start_states_ship_with_their_ranker_and_are_its_envs_default():
+    """start_sequences/pong.json, the paper's method run with a ranker that plays
+    (experiments/game_start_states.py): its ranker's chain is the committed learning
+    record's, its weights that chain's, and the Pong env plays from it by default."""
+    import json
+
+    from reprodqn.core import packaged
+    from reprodqn.evaluation import start_states
+    from tests.helpers import ROOT
+
+    shipped = packaged.game_start_sequences("pong")
+    assert shipped is not None and shipped.resolve() == ROOT / "start_sequences" / "pong.json"
+    doc = start_states.load(shipped)
+    assert doc["game"] == "pong" and doc["count"] == 100
+    ranker = doc["provenance"]["ranker"]
+    record = [
+        json.loads(line)
+        for line in (ROOT / "docs/learning/pong-ranker/hashes.jsonl").read_text().splitlines()
+    ]
+    assert ranker["chain"] == record[: len(ranker["chain"])]
+    assert ranker["chain"][-1]["step"] == ranker["checkpoint_step"]
+    assert doc["provenance"]["ranker_weights_sha256"] == ranker["chain"][-1]["weights_sha256"]
+    score = doc["provenance"]["greedy_score"]
+    assert len(score["selected"]) == len(score["resets"]) == 100
+    env = gym.make("reprodqn/Pong-v0", mode="eval", max_frames=400)
+    assert env.unwrapped.start_sequences == str(shipped)
+    _, info = env.reset(options={"episode": 3})
+    assert info["start_sequence"] == 3
+    assert packaged.game_start_sequences("boxing") is None  # none made: none by default

@@ -49,15 +49,22 @@ def read_chain(run: Path) -> list[dict]:
 def first_difference(ours: list[dict], theirs: list[dict]) -> dict | None:
     """The first checkpoint where two chains part (which records differ there), or where
     one stops and the other goes on; None when they are the same."""
+    last_shared = None
     for a, b in zip_longest(ours, theirs):
         if a is None or b is None:
             present = a or b
-            return {"step": present.get("step"), "fields": ["length"], "ours": a is not None}
+            return {
+                "step": present.get("step"),
+                "fields": ["length"],
+                "ours": a is not None,
+                "last_shared": last_shared,
+            }
         if a.get("step") != b.get("step"):
             return {"step": min(a.get("step", 0), b.get("step", 0)), "fields": ["step"]}
         fields = [name for key, name in CHAIN_FIELDS.items() if a.get(key) != b.get(key)]
         if fields:
             return {"step": a["step"], "fields": fields}
+        last_shared = a.get("step")
     return None
 
 
@@ -187,9 +194,14 @@ def summary(result: dict) -> str:
         lines = [f"verify: DIFFERENT: the runs compared ({result['runs_compared']}) match"]
     elif first["fields"] == ["length"]:
         longer = "ours" if first["ours"] else "the reference"
+        same = (
+            "has no checkpoint in common"
+            if first["last_shared"] is None
+            else f"is the same through step {first['last_shared']}"
+        )
         lines = [
-            f"verify: DIFFERENT: {first['run']} is the same up to step {first['step']}, "
-            f"where {longer} goes on and the other stops"
+            f"verify: DIFFERENT: {first['run']} {same}; {longer} goes on to step "
+            f"{first['step']} and the other stops"
         ]
     else:
         lines = [
