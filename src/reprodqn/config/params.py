@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from reprodqn.config import sources
+from reprodqn.config.compute import SPEED_OPTIONS, ComputeConfig, check_speed_options
 from reprodqn.config.games import GameId
 from reprodqn.config.selection import RankerConfig, StartStatesConfig, check_ranker_checkpoint
 from reprodqn.config.study import StudyConfig
@@ -206,35 +207,6 @@ class SeedsConfig(Frozen):
 assert tuple(SeedsConfig.model_fields)[:-1] == rng.RUN_STREAMS, "SeedsConfig != RUN_STREAMS"
 
 
-class ComputeConfig(Frozen):
-    """Where and how numbers are computed: device, threads, GPU determinism, CPU ISA."""
-
-    device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="auto = CUDA when available; the device used is recorded."
-    )
-    threads: PositiveInt = Field(
-        1, description="Torch intra-op threads; CPU results depend on it, so it is a param."
-    )
-    deterministic_gpu: bool = Field(
-        True, description="Deterministic CUDA algorithms, cuDNN flags, TF32 off."
-    )
-    cpu_isa: Literal["portable", "avx2", "avx512", "native"] = Field(
-        "portable",
-        description="Instruction-set floor for oneDNN, ATen and MKL. portable: "
-        "AVX2 kernels (every layer in oneDNN), the same bits on Intel and AMD; avx2: the "
-        "same, with MKL's Intel-only AVX2 branch for code outside the network; avx512: "
-        "AVX-512 kernels, checked on one vendor's CPUs so far; native: this machine's "
-        "widest.",
-    )
-    cpu_reduction_order: Literal["fixed", "random"] = Field(
-        "fixed",
-        description="random: each update takes its minibatch's rows in an order "
-        "drawn from OS entropy (never a seeded stream), so the loss and every weight "
-        "gradient sum the same terms in another order, as nondeterministic GPU kernels do; "
-        "the gpu group's on a CPU. On CUDA the real kernels decide and this is ignored.",
-    )
-
-
 class EvaluationConfig(Frozen):
     """The paper's evaluation protocol: greedy episodes from start states."""
 
@@ -279,6 +251,7 @@ class Params(Frozen):
             )
         check_n_step(self)
         check_actors(self)
+        check_speed_options(self)
         return self
 
 
@@ -299,6 +272,7 @@ class RunConfig(Frozen):
     def _n_step_fits(self) -> RunConfig:
         check_n_step(self)
         check_actors(self)
+        check_speed_options(self)
         return self
 
     def digest(self) -> str:
@@ -315,10 +289,13 @@ class RunConfig(Frozen):
         """The variant knobs and the CPU reduction order at their defaults (the authors' DQN,
         a fixed order), and the priority section unless replay is prioritized, are left out:
         they change nothing then, and runs trained before they existed keep their digests."""
-        exclude: dict[str, Any] = {"group": True, "run": True, "train": {"resume_every"}}
-        body = self.model_dump(
-            mode="json", exclude=exclude if compute else {**exclude, "compute": True}
-        )
+        exclude: dict[str, Any] = {
+            "group": True,
+            "run": True,
+            "train": {"resume_every"},
+            "compute": set(SPEED_OPTIONS) if compute else True,
+        }
+        body = self.model_dump(mode="json", exclude=exclude)
         for section, knobs in DIGEST_OPTIONAL.items():
             if section not in body:
                 continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import secrets
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,6 +18,9 @@ from reprodqn.dqn import priority_rule
 from reprodqn.dqn.network import build_q_network, q_values
 from reprodqn.dqn.optimizers import build_optimizer
 from reprodqn.dqn.settings import AgentSettings, PrioritySettings
+
+if TYPE_CHECKING:
+    from reprodqn.dqn.cuda_graphs import CudaGraphs
 
 # a minibatch's per-row arrays: what a reordering of its rows permutes
 ROW_KEYS = ("states", "next_states", "actions", "rewards", "terminals", "discounts")
@@ -91,6 +95,8 @@ class DQNAgent:
         ).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self.optimizer = build_optimizer(self.online.parameters(), agent_config)
+        # compute.cuda_graphs: the update and the greedy action replayed as CUDA graphs
+        self.graphs: CudaGraphs | None = None
 
     # -- acting ------------------------------------------------------------------------------
     def act(self, state: np.ndarray, rng: Stream) -> int:
@@ -119,6 +125,8 @@ class DQNAgent:
 
     @torch.inference_mode()
     def greedy_action(self, state: np.ndarray) -> int:
+        if self.graphs is not None:
+            return self.graphs.act(state)
         frames = torch.from_numpy(state).to(self.device).unsqueeze(0)
         return int(self.online(frames).argmax(dim=1).item())
 
@@ -134,11 +142,15 @@ class DQNAgent:
         if step > self.learning_starts:
             self.epsilon.anneal()
             if step % self.config.update_every == 0:
-                batch = replay.sample(self.config.batch_size, rng)
-                if self.priority is None:
-                    loss = self.update(batch)
+                if self.graphs is not None:  # the same draws as sample()'s
+                    loss = self.graphs.update(replay.sample_indices(self.config.batch_size, rng))
                 else:
-                    loss = self.update_prioritized(step, batch, replay, self.priority)
+                    batch = replay.sample(self.config.batch_size, rng)
+                    loss = (
+                        self.update(batch)
+                        if self.priority is None
+                        else self.update_prioritized(step, batch, replay, self.priority)
+                    )
         sync = self.config.target_sync_every
         if (step + 1) % sync == 1 % sync:
             self.sync_target()
@@ -166,8 +178,15 @@ class DQNAgent:
             rewards, gamma = rewards.float(), discounts.float()
         return rewards + gamma * next_q * not_terminal
 
-    def targets_and_q(self, batch: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The TD targets (no gradient) and Q(s, a) of a minibatch."""
+    def targets_and_q(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The TD targets (no gradient) and Q(s, a) of a minibatch: host arrays, or tensors
+        already on the device (compute.replay_on_device)."""
+        if isinstance(batch["states"], torch.Tensor):
+            not_terminal = ~batch["terminals"]
+            with torch.no_grad():
+                targets = self.td_target(batch["rewards"], batch["next_states"], not_terminal)
+            q = self.online(batch["states"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
+            return targets, q
         device = self.device
         states = torch.from_numpy(batch["states"]).to(device)
         next_states = torch.from_numpy(batch["next_states"]).to(device)
@@ -253,7 +272,7 @@ class DQNAgent:
         return errors
 
     def sync_target(self) -> None:
-        self.target.load_state_dict(self.online.state_dict())
+        self.target.load_state_dict(self.online.state_dict())  # in place: graphs keep it
 
     # -- exact resume ------------------------------------------------------------------------
     def get_state(self) -> dict:
@@ -262,6 +281,8 @@ class DQNAgent:
     def set_state(self, state: dict) -> None:
         self.epsilon.value = float(state["epsilon"])
         self.load_tensors(state["tensors"])
+        if self.graphs is not None:  # new optimizer tensors: captured again at next use
+            self.graphs.release()
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Weights, target weights and optimizer state, as CPU tensors."""

@@ -37,6 +37,12 @@ _ARRAYS = ("frames", "actions", "rewards", "terminals", "episode_time")
 MAX_REDRAWS = 1_000_000  # their loop would spin forever; a buffer this bad is a bug
 
 
+def replay_bytes(capacity: int, frame_size: int) -> int:
+    """What a uniform memory of this capacity takes: a frame and 7 bytes of action,
+    reward, terminal and episode time per slot (7.06 GB at 1M Atari frames)."""
+    return capacity * (frame_size * frame_size + 7)
+
+
 class ReplayMemory:
     def __init__(
         self,
@@ -53,7 +59,7 @@ class ReplayMemory:
         # n > 1 only: which slots hold an episode's first step (exact, unlike episode_time)
         self.starts = np.zeros(capacity if n_step > 1 else 0, dtype=bool)
         self.history_length = history_length
-        self.frames = np.zeros((capacity, frame_size, frame_size), dtype=np.uint8)
+        self.frames = self.allocate_frames(capacity, frame_size)
         self.actions = np.zeros(capacity, dtype=np.uint8)
         self.rewards = np.zeros(capacity, dtype=np.float32)
         self.terminals = np.zeros(capacity, dtype=bool)
@@ -65,6 +71,13 @@ class ReplayMemory:
 
     def __len__(self) -> int:
         return self.size
+
+    def allocate_frames(self, capacity: int, frame_size: int):
+        """Where the frames live: host memory here (device_replay keeps them on a GPU)."""
+        return np.zeros((capacity, frame_size, frame_size), dtype=np.uint8)
+
+    def store_frame(self, index: int, frame: np.ndarray) -> None:
+        self.frames[index] = frame
 
     @property
     def nbytes(self) -> int:
@@ -80,7 +93,7 @@ class ReplayMemory:
         """Store the frame seen after action a_t with a_t, r_t, whether the episode ended,
         and t's index within its episode (the authors' add_item)."""
         i = self.cursor
-        self.frames[i] = frame
+        self.store_frame(i, frame)
         self.actions[i] = action
         self.rewards[i] = reward
         self.terminals[i] = terminal
@@ -191,6 +204,9 @@ class ReplayMemory:
             source = state[name]
             if source.shape[0] != size:
                 raise ValueError(f"replay array {name} holds {source.shape[0]} rows, not {size}")
-            getattr(self, name)[:size] = source
+            self.load_rows(name, source, size)
         self.size = size
         self.cursor = int(state["cursor"])
+
+    def load_rows(self, name: str, source: np.ndarray, size: int) -> None:
+        getattr(self, name)[:size] = source

@@ -131,6 +131,7 @@ def audit(config, chunk: int, out: Path, scratch: Path) -> dict:
     device, applied = numerics.configure(compute.device, compute.threads, compute.deterministic_gpu)
     before = _global_rng_states()
     run = Run(config, scratch, device)
+    run.agent.graphs = None  # op by op: the eager kernels a graph would replay
     tracker = NamedModuleTracker({"online": run.agent.online, "target": run.agent.target})
     recorder = OpRecorder(tracker)
     Window(run, recorder)

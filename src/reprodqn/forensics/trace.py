@@ -222,6 +222,7 @@ def open_window(
                 rerun.train_until(config, scratch / "to-window", from_step)
             )
     run = make_run(config, scratch, device)
+    run.agent.graphs = None  # op by op: the eager kernels a graph would replay
     if resume_dir is None:
         return run
     point = resume.load(Path(resume_dir), device)

@@ -41,6 +41,8 @@ from reprodqn.determinism import numerics, provenance, resume
 from reprodqn.determinism.checkpoints import cpu_weights
 from reprodqn.determinism.rng import TRAINING_STREAMS, Streams, torch_generator
 from reprodqn.dqn.agent import make_agent
+from reprodqn.dqn.cuda_graphs import CudaGraphs
+from reprodqn.dqn.device_replay import DeviceReplayMemory
 from reprodqn.dqn.prioritized_replay import PrioritizedReplay, check_memory
 from reprodqn.dqn.replay import ReplayMemory
 from reprodqn.training.atari import FrameHistory, TrainingEnv
@@ -51,10 +53,19 @@ from reprodqn.training.run_state import Accumulators, RunState
 # The run
 
 
-def build_replay(config: RunConfig) -> ReplayMemory | PrioritizedReplay:
+def build_replay(config: RunConfig, device: torch.device) -> ReplayMemory | PrioritizedReplay:
     """The authors' uniform replay, with n-step returns when agent.n_step > 1, wrapped in
-    proportional prioritized sampling when replay.prioritized."""
+    proportional prioritized sampling when replay.prioritized; its frames in the device's
+    memory when compute.replay_on_device."""
     env_cfg = config.env
+    if config.compute.replay_on_device:  # uniform, 1-step (the config holds it to that)
+        return DeviceReplayMemory(
+            config.replay.capacity,
+            env_cfg.history_length,
+            env_cfg.screen_size,
+            device,
+            config.replay.episode_time_wraps,
+        )
     if config.replay.prioritized:  # before anything is allocated
         check_memory(config.replay.capacity, env_cfg.screen_size)
     memory = ReplayMemory(
@@ -84,7 +95,7 @@ class Run(RunState):
         sticky = self.streams["sticky"] if env_cfg.sticky_p > 0 else None
         self.env = TrainingEnv(env_cfg, sticky, self.streams["noop"])
         self.history = FrameHistory(env_cfg.history_length, env_cfg.screen_size)
-        self.replay = build_replay(config)
+        self.replay = build_replay(config, device)
         self.agent = make_agent(
             config.agent,
             n_actions=self.env.n_actions,
@@ -97,6 +108,8 @@ class Run(RunState):
             priority_config=config.priority if config.replay.prioritized else None,
             reduction_order=config.compute.cpu_reduction_order,
         )
+        if config.compute.cuda_graphs:
+            self.agent.graphs = cuda_graphs(self.replay, self.agent, device)
         self.n_actions = self.env.n_actions
         self.start_counters()
         self.episode_step = 0  # the authors' time_since_term: steps since the episode began
@@ -138,6 +151,17 @@ class Run(RunState):
     def set_games_state(self, state: dict) -> None:
         self.env.set_state(state["env"])
         self.history.set_state(state["history"])
+
+
+def cuda_graphs(replay, agent, device: torch.device) -> CudaGraphs:
+    """compute.cuda_graphs on the device this run resolved to: refused on a CPU."""
+    if device.type != "cuda":
+        raise InputError(
+            f"compute.cuda_graphs: true needs a CUDA device; this run's compute.device "
+            f"resolved to {device.type} (set compute.cuda_graphs: false on a CPU)"
+        )
+    assert isinstance(replay, DeviceReplayMemory)  # the config requires replay_on_device
+    return CudaGraphs(agent, replay)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,147 @@
+"""compute.cuda_graphs: the update and the greedy action, each replayed as one CUDA graph.
+
+An eager update launches some 150 kernels, each costing the host microseconds to launch,
+for a minibatch of 32 that the GPU computes in less: the host, not the GPU, sets the pace.
+A graph launches them all in one call. What the graph computes is what the eager code
+computes, on the same buffers, with the deterministic settings fixed before capture
+(numerics.configure runs first): the minibatch gathered from the device replay's packed
+block (device_replay), both networks, the TD target, the loss, the backward and the
+optimizer's kernels. torch.cuda.CUDAGraph is torch's own capture; written around it here
+only what keeping the run's state exact needs:
+
+- Capture records kernels without running them, but the warm-up that must come first
+  (lazy optimizer state, cuBLAS and cuDNN handles) runs real updates. Every weight,
+  target weight and optimizer tensor is copied to the host first and written back in
+  place after (the graph holds their addresses), so the run goes on as if neither
+  warm-up nor capture had happened.
+- The optimizers count steps in host tensors, which a graph does not replay: each replay
+  counts them here (RMSprop's arithmetic never reads the count; Adam's bias correction
+  does, so the config refuses Adam with graphs).
+- A loaded resume point gives the optimizer new tensors: `release` drops the graphs and
+  the next use captures them again.
+
+With capture=False the same warm-up, restore and static buffers run eagerly: how the
+tests hold this module to the plain update's chain on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from reprodqn.dqn.device_replay import PACKED_ROWS, DeviceReplayMemory
+
+WARMUP_CALLS = 3  # torch's recipe: a few eager calls on a side stream before capture
+
+
+class CudaGraphs:
+    def __init__(self, agent, replay: DeviceReplayMemory, capture: bool = True):
+        self.agent, self.replay, self.capture = agent, replay, capture
+        device = agent.device
+        frame_shape = tuple(replay.frames.shape[1:])
+        self.state = torch.zeros(
+            (1, replay.history_length, *frame_shape), dtype=torch.uint8, device=device
+        )
+        self.packed = torch.zeros(
+            (len(PACKED_ROWS), agent.config.batch_size), dtype=torch.float64, device=device
+        )
+        self.loss: torch.Tensor | None = None
+        self.action: torch.Tensor | None = None
+        self._update: Callable[[], None] | None = None
+        self._act: Callable[[], None] | None = None
+
+    def release(self) -> None:
+        self._update = self._act = None
+
+    # -- the two entry points ---------------------------------------------------------------
+    def update(self, indices: np.ndarray) -> torch.Tensor:
+        """One update on the minibatch at these indices; its loss, a tensor of its own."""
+        self.replay.upload(indices, out=self.packed)
+        if self._update is None:
+            self._update = self._prepare(self._update_body, "loss", changes_state=True)
+        self._update()
+        assert self.loss is not None
+        return self.loss.clone()
+
+    def act(self, state: np.ndarray) -> int:
+        """The greedy action in this state (the one host wait: the emulator needs it)."""
+        self.state[0].copy_(torch.from_numpy(state), non_blocking=True)
+        if self._act is None:
+            self._act = self._prepare(self._act_body, "action", changes_state=False)
+        self._act()
+        assert self.action is not None
+        return int(self.action.item())
+
+    # -- what is captured -------------------------------------------------------------------
+    def _update_body(self) -> torch.Tensor:
+        loss, _ = self.agent.update_with_td_errors(self.replay.gather(self.packed))
+        return loss
+
+    def _act_body(self) -> torch.Tensor:
+        with torch.no_grad():
+            return self.agent.online(self.state).argmax(dim=1)
+
+    def _prepare(
+        self, body: Callable[[], torch.Tensor], output: str, changes_state: bool
+    ) -> Callable[[], None]:
+        """Warm up, capture (or not), put the run's state back; returns what one call runs."""
+        saved = self.agent.tensors() if changes_state else None
+        self._warm_up(body)
+        if not self.capture:
+            if saved is not None:
+                restore(self.agent, saved)
+
+            def eager() -> None:
+                setattr(self, output, body())
+
+            return eager
+        if changes_state:  # the update graph's own gradient buffers
+            self.agent.optimizer.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            setattr(self, output, body())
+        if saved is not None:  # capture ran the host's side once: step counts, say
+            restore(self.agent, saved)
+        count = count_steps if changes_state else None
+
+        def replay() -> None:
+            graph.replay()
+            if count is not None:
+                count(self.agent.optimizer)
+
+        return replay
+
+    def _warm_up(self, body: Callable[[], torch.Tensor]) -> None:
+        if self.agent.device.type != "cuda":
+            for _ in range(WARMUP_CALLS):
+                body()
+            return
+        side = torch.cuda.Stream(self.agent.device)
+        side.wait_stream(torch.cuda.current_stream(self.agent.device))
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_CALLS):
+                body()
+        torch.cuda.current_stream(self.agent.device).wait_stream(side)
+
+
+def restore(agent, saved: dict[str, torch.Tensor]) -> None:
+    """Write saved weights, target weights and optimizer state back in place; optimizer
+    state that did not exist when saved goes back to its start (zeros, step 0)."""
+    with torch.no_grad():
+        for prefix, net in (("online.", agent.online), ("target.", agent.target)):
+            for name, tensor in net.state_dict().items():
+                tensor.copy_(saved[prefix + name])
+        optimizer = agent.optimizer
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        for index, param in enumerate(params):  # the state dict's numbering
+            for key, value in optimizer.state[param].items():
+                before = saved.get(f"optimizer.{index}.{key}")
+                value.copy_(before) if before is not None else value.zero_()
+
+
+def count_steps(optimizer: torch.optim.Optimizer) -> None:
+    """What the optimizer's host-side step count would have done in an eager step."""
+    for state in optimizer.state.values():
+        state["step"] += 1
