@@ -154,7 +154,7 @@ def cmd_study(args) -> int:
     import os
 
     from reprodqn.config.params import resolve_run
-    from reprodqn.core.workers import cores_per_training_job
+    from reprodqn.core.workers import Footprint, cores_per_training_job
     from reprodqn.study import stages
 
     params = _load(args)
@@ -163,10 +163,11 @@ def cmd_study(args) -> int:
         argv += ["--set", item]
     resume_every = params.train.resume_every if args.stage == "train" else None
     cores = params.compute.threads
+    footprint = Footprint()
     if args.stage == "train":  # lockstep runs' game workers count too (REPRODQN_ACTOR_WORKERS)
-        cores = cores_per_training_job(
-            cores, max(resolve_run(params, g, r).train.actors for g, r in params.study.run_ids())
-        )
+        configs = [resolve_run(params, g, r) for g, r in params.study.run_ids()]
+        cores = cores_per_training_job(cores, max(config.train.actors for config in configs))
+        footprint = stages.training_footprint(configs)
     launcher = args.launcher or os.environ.get("REPRODQN_LAUNCHER", "local")
     stages.run_study(
         params,
@@ -182,6 +183,7 @@ def cmd_study(args) -> int:
             resume_every,
             args.runs_dir,
             entry=main,
+            footprint=footprint,
         ),
     )
     return 0

@@ -1,5 +1,6 @@
-"""How many jobs or evaluation workers run at once: REPRODQN_WORKERS, else one per visible
-GPU, else one per core the process may use divided by the cores each takes; and how many
+"""How many jobs or evaluation workers run at once: REPRODQN_WORKERS, else K runs on each
+visible GPU (REPRODQN_RUNS_PER_GPU, else as many as pay and its memory and the host's hold),
+else one per core the process may use divided by the cores each takes; and how many
 processes step a lockstep run's games (REPRODQN_ACTOR_WORKERS). Launch settings: they never
 change a result."""
 
@@ -7,10 +8,19 @@ from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import dataclass
 
 from reprodqn.core.errors import InputError
 
 ACTOR_WORKERS_ENV = "REPRODQN_ACTOR_WORKERS"
+RUNS_PER_GPU_ENV = "REPRODQN_RUNS_PER_GPU"
+# runs sharing one GPU that pay: gpu-check on an H200 (docs/gpu-check) gave 188, 353 and 598
+# agent steps/s in all with 1, 2 and 4 runs, the most it tried then
+PAYING_RUNS_PER_GPU = 4
+# what a run holds besides its replay memory: CUDA context, networks, graphs' pools
+# (GPU); interpreter, torch, the emulator, a resume point's staging (host)
+GPU_BYTES_PER_RUN = 2 * 2**30
+HOST_BYTES_PER_RUN = 3 * 2**30
 
 
 def actor_workers() -> int:
@@ -31,17 +41,60 @@ def cores_per_training_job(threads: int, actors: int) -> int:
     return max(threads, actor_workers()) if actors > 1 else threads
 
 
-def default_workers(threads: int) -> int:
+@dataclass(frozen=True)
+class Footprint:
+    """What one job holds besides the interpreter: bytes on its GPU and in host memory
+    (a training run's replay memory, wherever compute.replay_on_device puts it)."""
+
+    gpu_bytes: int = 0
+    host_bytes: int = 0
+
+
+def default_workers(threads: int, footprint: Footprint = Footprint()) -> int:
+    """REPRODQN_WORKERS, else K runs on each visible GPU (runs_per_gpu), else one job per
+    `threads` cores."""
     value = os.environ.get("REPRODQN_WORKERS")
     if value:
         if not value.isdigit() or int(value) < 1:
             raise InputError(f"REPRODQN_WORKERS={value}: expected a positive integer")
         return int(value)
-    gpus = visible_gpus()
-    if gpus:
-        return len(gpus)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // threads)
+    by_cores = max(1, (cores or 1) // threads)
+    gpus = visible_gpus()
+    if gpus:  # each run also steps its games on a core of its own
+        return max(len(gpus), min(len(gpus) * runs_per_gpu(footprint, len(gpus)), by_cores))
+    return by_cores
+
+
+def runs_per_gpu(footprint: Footprint, gpus: int) -> int:
+    """How many runs share each GPU: REPRODQN_RUNS_PER_GPU, else the most that pay
+    (PAYING_RUNS_PER_GPU), no more than the GPU's memory and the host's hold."""
+    value = os.environ.get(RUNS_PER_GPU_ENV, "")
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise InputError(f"{RUNS_PER_GPU_ENV}={value}: expected a positive integer")
+        return int(value)
+    k = PAYING_RUNS_PER_GPU
+    gpu_memory = min(gpu_memory_bytes(), default=0)
+    if gpu_memory:
+        k = min(k, gpu_memory // (footprint.gpu_bytes + GPU_BYTES_PER_RUN))
+    k = min(k, host_memory_bytes() // (gpus * (footprint.host_bytes + HOST_BYTES_PER_RUN)))
+    return max(1, k)
+
+
+def host_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def gpu_memory_bytes() -> list[int]:
+    """Each visible GPU's memory, from nvidia-smi (without initialising CUDA here)."""
+    out = _nvidia_smi("memory.total")
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    rows = [line.strip() for line in out]
+    if listed is not None:
+        wanted = {g.strip() for g in listed.split(",")}
+        rows = [row for index, row in enumerate(rows) if str(index) in wanted]
+    return [int(float(row)) * 2**20 for row in rows if row.replace(".", "").isdigit()]
 
 
 def visible_gpus() -> list[str]:
@@ -49,17 +102,20 @@ def visible_gpus() -> list[str]:
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [g for g in listed.split(",") if g.strip() and g.strip() != "-1"]
+    return _nvidia_smi("index")
+
+
+def _nvidia_smi(field: str) -> list[str]:
+    """One field per GPU from nvidia-smi; nothing where there is none."""
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=20,
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return (
-        [line.strip() for line in out.stdout.splitlines() if line.strip()]
-        if out.returncode == 0
-        else []
-    )
+    if out.returncode != 0:
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]

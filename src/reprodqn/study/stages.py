@@ -12,7 +12,8 @@ from pathlib import Path
 from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
 from reprodqn.core.progress import StudyProgress
-from reprodqn.core.workers import default_workers
+from reprodqn.core.workers import Footprint, default_workers
+from reprodqn.dqn.replay import replay_bytes
 from reprodqn.study import mlflow_store, slurm, tracking
 from reprodqn.study.launch import Executor, Job, LocalExecutor, check, job_environment
 
@@ -120,6 +121,18 @@ def cpu_cost_warning(params, runs: int, workers: int, measured: float | None) ->
     )
 
 
+def training_footprint(configs: list) -> Footprint:
+    """The most any of these runs holds in replay memory, on the GPU or on the host."""
+    on_gpu = on_host = 0
+    for config in configs:
+        size = replay_bytes(config.replay.capacity, config.env.screen_size)
+        if config.compute.replay_on_device:
+            on_gpu = max(on_gpu, size)
+        else:
+            on_host = max(on_host, size)
+    return Footprint(gpu_bytes=on_gpu, host_bytes=on_host)
+
+
 def make_executor(
     name: str,
     workers: int | None,
@@ -128,11 +141,12 @@ def make_executor(
     resume_every: int | None,
     runs: Path,
     entry: Callable[[list[str]], int],
+    footprint: Footprint | None = None,
 ) -> Executor:
     """The local pool, or Slurm: a launch setting (flag, environment, launcher.yaml), never a
     param, so switching never reruns anything or changes a result."""
     if name == "local":
-        return LocalExecutor(workers or default_workers(cores_per_job))
+        return LocalExecutor(workers or default_workers(cores_per_job, footprint or Footprint()))
     if name != "slurm":
         raise InputError(f"--launcher {name}: expected local or slurm")
     config = launcher_config or (Path("launcher.yaml") if Path("launcher.yaml").exists() else None)
