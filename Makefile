@@ -209,7 +209,8 @@ docker-build:
 	  --build-arg TORCH_WHEEL_SHA256=$$(sha256sum "$(TORCH_WHEELS)/$(TORCH_WHEEL)" | cut -d' ' -f1)) .
 
 # On a machine with an NVIDIA GPU, first: two deterministic runs give one chain, the gpu
-# group's two runs part (and where), the audit on CUDA, throughput with 1, 2 and 4 runs
+# group's two runs part (and where), the fast path (replay on the GPU, CUDA graphs) gives
+# the same chain, the audit on CUDA, throughput with 1, 4, 8 and 16 runs on each path
 # sharing the GPU, and a report naming GPU, driver, CUDA and cuDNN (build/gpu-check/).
 # Without a GPU it says so in one line and fails. Inside the image: reprodqn gpu-check.
 gpu-check: $(STAMP)

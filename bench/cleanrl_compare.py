@@ -66,7 +66,9 @@ def ours(threads: int, steps: int) -> float:
     return float(re.search(r"training loop\s+([\d.]+)", out.stdout).group(1))
 
 
-def cleanrl(root: Path, python: str, threads: int, steps: int, warmup: int) -> float:
+def cleanrl(
+    root: Path, python: str, threads: int, steps: int, warmup: int, cuda: bool = False
+) -> float:
     total = warmup + steps
     script = root / "cleanrl" / "dqn_atari.py"
     argv = [
@@ -83,7 +85,7 @@ def cleanrl(root: Path, python: str, threads: int, steps: int, warmup: int) -> f
         str(1 / total),
         "--end-e",
         "0.1",
-        "--no-cuda",
+        "--cuda" if cuda else "--no-cuda",
         "--no-track",
         "--seed",
         "1",

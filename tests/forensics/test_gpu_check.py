@@ -40,7 +40,6 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
         "--steps",
         "900",
         "--sharing",
-        "1",
         "2",
         "--set",
         "agent.network=nips",
@@ -59,8 +58,19 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
     parting = found["gpu_group_ops"]["first"]
     assert parting["update"] == 1 and parting["what"] == "op output"
     assert parting["op"] == "aten.lift_fresh.default"  # the minibatch, rows in the drawn order
-    assert set(found["throughput_steps_per_second"]) == {"1", "2"}
-    assert found["sharing_parted"] == {}  # three more runs of the pair's seeds: its chain
+    # the fast path on a CPU is the device replay: one chain, the standard path's
+    assert found["fast_path"] == {
+        "settings": ["compute.replay_on_device=true"],
+        "pair": {"weights": None, "losses": None},
+        "against_standard": {"weights": None, "losses": None},
+    }
+    assert set(found["sharing"]) == {"standard", "fast"}
+    for by_k in found["sharing"].values():
+        assert set(by_k) == {"2"}
+        # epsilon anneals by step 600 of 900: the last records are timed after annealing
+        assert all(rate > 0 for rate in by_k["2"]["annealed_per_run"])
+        assert by_k["2"]["annealed"] == pytest.approx(sum(by_k["2"]["annealed_per_run"]))
+    assert found["sharing_parted"] == {}  # four more runs of the pair's seeds: its chain
     assert "nondeterminism by design: none" in found["audit"]
     report = (out / "gpu-check.md").read_text()
     assert "**one hash chain**" in report and "they part: weights at checkpoint step 600" in report
@@ -68,11 +78,21 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
     assert (
         "outside any module, a minibatch array entering torch (its rows or their order)" in report
     )
-    assert "sharing the device, 1, 2 at a time: **the same chain**" in report
+    assert "sharing the device, 2 at a time, on both paths: **the same chain**" in report
+    assert "two runs: **one hash chain**, **the standard path's** (on a CPU the fast" in report
+    assert "| fast | 2 |" in report and "| standard | 2 |" in report
 
 
-def gpu_result(rates: dict, sharing_parted: dict) -> dict:
+def gpu_result(rates: dict, sharing_parted: dict, fast_parts: bool = False) -> dict:
     never = {"weights": None, "losses": None}
+    parted = {"weights": 1000, "losses": 1000}
+    by_path = {
+        path: {
+            k: {"whole_runs": rate * scale / 2, "annealed": rate * scale, "annealed_per_run": []}
+            for k, rate in rates.items()
+        }
+        for path, scale in (("standard", 1), ("fast", 3))
+    }
     return {
         "device": "cuda",
         "gpu": {"present": True, "devices": [{"name": "GPU", "capability": "9.0"}]},
@@ -80,23 +100,59 @@ def gpu_result(rates: dict, sharing_parted: dict) -> dict:
         "steps": 3000,
         "settings": [],
         "deterministic": never,
-        "gpu_group": {"weights": 1000, "losses": 1000},
+        "fast_path": {
+            "settings": ["compute.replay_on_device=true", "compute.cuda_graphs=true"],
+            "pair": never,
+            "against_standard": parted if fast_parts else never,
+            **({"device_replay_against_standard": never} if fast_parts else {}),
+        },
+        "gpu_group": parted,
         "gpu_group_ops": {"updates": 20, "first": None},
         "audit": "audit",
-        "throughput_steps_per_second": rates,
+        "sharing": by_path,
         "sharing_parted": sharing_parted,
+        "replicable": not sharing_parted and not fast_parts,
     }
 
 
-def test_on_a_gpu_it_recommends_the_sharing_that_pays_only_when_sharing_keeps_the_chain():
+def test_on_a_gpu_it_recommends_the_sharing_that_pays_only_when_every_chain_holds():
     from reprodqn.forensics.gpu_check import report
 
     best_inside = report(gpu_result({1: 190.0, 2: 350.0, 4: 340.0}, {}))
-    assert "with 2 runs sharing the GPU: for a study, `REPRODQN_WORKERS` = 2 x" in best_inside
+    assert "1050 in all, with 2 runs sharing the GPU on the fast path" in best_inside
+    assert "`REPRODQN_RUNS_PER_GPU=2` with `--set compute.replay_on_device=true" in best_inside
     assert "tries more" not in best_inside
     best_last = report(gpu_result({1: 190.0, 2: 350.0, 4: 600.0}, {}))
     assert "with 4 runs sharing" in best_last and "`--sharing 4 8` tries more" in best_last
-    parted = {"4 sharing, run 3": {"weights": 1000, "losses": 1000}}
+    parted = {"fast path, 4 sharing, run 3": {"weights": 1000, "losses": 1000}}
     unsafe = report(gpu_result({1: 190.0, 2: 350.0, 4: 600.0}, parted))
-    assert "REPRODQN_WORKERS" not in unsafe
-    assert "**they part**: 4 sharing, run 3 part: weights at checkpoint step 1000" in unsafe
+    assert "REPRODQN_RUNS_PER_GPU" not in unsafe
+    assert (
+        "**they part**: fast path, 4 sharing, run 3 part: weights at checkpoint step 1000" in unsafe
+    )
+    graphs_differ = report(gpu_result({1: 190.0}, {}, fast_parts=True))
+    assert (
+        "but against the standard path's they part: weights at checkpoint step 1000"
+        in graphs_differ
+    )
+    assert "the device replay alone: the standard chain, so the graphs differ" in graphs_differ
+    assert "REPRODQN_RUNS_PER_GPU" not in graphs_differ
+
+
+def test_a_fast_path_that_fails_is_reported_and_the_standard_checks_stand(tmp_path):
+    """On a GPU where capture fails, the report says so with the run's last words; the
+    standard path's figures are still given, and nothing is recommended."""
+    from reprodqn.forensics.gpu_check import report
+
+    result = gpu_result({1: 190.0, 4: 600.0}, {})
+    result["fast_path"] = {
+        "settings": ["compute.replay_on_device=true", "compute.cuda_graphs=true"],
+        "failed": "gpu-check: a training run failed (exit [1, 1])\nRuntimeError: capture failed",
+    }
+    result["sharing"]["fast"] = {"failed": "gpu-check: a training run failed (exit [1])"}
+    result["replicable"] = False
+    text = report(result)
+    assert "**it failed**: gpu-check: a training run failed (exit [1, 1]) / RuntimeError" in text
+    assert "| fast | failed: gpu-check: a training run failed (exit [1]) |" in text
+    assert "| standard | 4 | 600.0 | 150.0 | 300.0 |" in text
+    assert "REPRODQN_RUNS_PER_GPU" not in text

@@ -256,8 +256,9 @@ def _add_audit(sub) -> None:
     p = _stage(
         sub,
         "gpu-check",
-        "on a GPU, first: two deterministic runs give one chain, the "
-        "gpu group's part, the audit, throughput with 1, 2, 4 runs sharing it",
+        "on a GPU, first: two deterministic runs give one chain, on the standard path "
+        "and the fast one, the gpu group's part, the audit, throughput with K runs "
+        "sharing it",
         cmd_gpu_check,
     )
     p.add_argument(
@@ -271,8 +272,8 @@ def _add_audit(sub) -> None:
         "--sharing",
         type=int,
         nargs="+",
-        default=[1, 2, 4],
+        default=[1, 4, 8, 16],
         metavar="K",
-        help="runs at once for the throughput table",
+        help="runs at once for the throughput table, on each path (default 1 4 8 16)",
     )
     p.add_argument("--out", type=Path, default=Path("build/gpu-check"))

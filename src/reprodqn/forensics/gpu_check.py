@@ -1,13 +1,15 @@
 """`reprodqn gpu-check` (`make gpu-check`): what a user with a GPU runs first. Two runs of
-the deterministic group must give one hash chain; the gpu group's two runs (the same seeds,
-nondeterministic kernels allowed) are expected to part, and where is said, by checkpoint and
-then op by op (two traces of the group's first updates, compared by trace-diff); the audit
-runs on CUDA; the study's throughput is measured with 1, 2 and 4 runs sharing the GPU, each
-of which must give the deterministic pair's chain (sharing is a launch setting); a short
-report names the GPU, driver, CUDA and cuDNN. Every run is a `reprodqn train` process of its
-own, at a short scale of the study's real network and batch. With no GPU it says so in one
-line and exits 3; `--device cpu` rehearses the same checks on the CPU, where the gpu group
-emulates its kernels (compute.cpu_reduction_order)."""
+the deterministic group must give one hash chain; two more on the fast path
+(compute.replay_on_device and compute.cuda_graphs) must give one chain, the same one; the
+gpu group's two runs (the same seeds, nondeterministic kernels allowed) are expected to
+part, and where is said, by checkpoint and then op by op (two traces of the group's first
+updates, compared by trace-diff); the audit runs on CUDA; throughput is measured with K
+runs sharing the GPU on both paths (1, 4, 8 and 16 by default: gpu_sharing), each of which
+must give the deterministic pair's chain (sharing is a launch setting); a short report names
+the GPU, driver, CUDA and cuDNN. Every run is a `reprodqn train` process of its own, at a
+short scale of the study's real network and batch. With no GPU it says so in one line and
+exits 3; `--device cpu` rehearses the same checks on the CPU, where the gpu group emulates
+its kernels (compute.cpu_reduction_order) and the fast path is the device replay alone."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from pathlib import Path
 from reprodqn.core import workspace
 from reprodqn.core.atomic import write_json, write_text
 from reprodqn.core.errors import InputError
+from reprodqn.forensics import gpu_sharing
 
 NO_GPU_EXIT = 3
 NEVER = {"weights": None, "losses": None}  # first_parting of two equal chains
@@ -103,6 +106,46 @@ def first_parting(a: list[dict], b: list[dict]) -> dict:
     return {name: first_divergence(first, second, key) for name, key in CHAINS.items()}
 
 
+def parted_from(alone: list[dict], chains: dict[str, dict[str, list]]) -> dict[str, dict]:
+    """Each shared run whose chain is not the one its seeds give alone, and where it parts."""
+    parted = {}
+    for path, by_k in chains.items():
+        for k, runs in by_k.items():
+            for i, chain in enumerate(runs):
+                found = first_parting(alone, chain)
+                if found != NEVER:
+                    parted[f"{path} path, {k} sharing, run {i}"] = found
+    return parted
+
+
+def fast_path(
+    params: Path, settings: list[str], device: str, standard: list[dict], out: Path, log: Path
+) -> dict:
+    """The deterministic pair on the fast path: one chain, and the standard path's. Where
+    it is not the standard path's, one run with the device replay alone says whether the
+    graphs or the replay made the difference."""
+    extra = gpu_sharing.FAST[device]
+    runs_dir = out / "fast-runs"
+    try:
+        launch(
+            [("deterministic", 0), ("deterministic", 1)], params, [*settings, *extra], runs_dir, log
+        )
+    except InputError as error:  # said in the report; the standard path's checks go on
+        return {"settings": extra, "failed": gpu_sharing.failure(error, log)}
+    pair = [workspace.read_hashes(workspace.run_dir(runs_dir, "deterministic", i)) for i in (0, 1)]
+    found = {
+        "settings": extra,
+        "pair": first_parting(*pair),
+        "against_standard": first_parting(standard, pair[0]),
+    }
+    if found["against_standard"] != NEVER and len(extra) > 1:
+        replay_dir = out / "device-replay-runs"
+        launch([("deterministic", 0)], params, [*settings, extra[0]], replay_dir, log)
+        alone = workspace.read_hashes(workspace.run_dir(replay_dir, "deterministic", 0))
+        found["device_replay_against_standard"] = first_parting(standard, alone)
+    return found
+
+
 def check(
     params: Path, overrides: list[str], device: str, steps: int, sharing: list[int], out: Path
 ) -> dict:
@@ -136,16 +179,9 @@ def check(
         out / workspace.AUDIT,
         out / "audit-scratch",
     )
-    throughput, sharing_parted = {}, {}
-    for k in sharing:
-        runs_dir = out / f"sharing-{k}"
-        seconds = launch([("deterministic", i) for i in range(k)], params, settings, runs_dir, log)
-        throughput[k] = k * steps / seconds
-        for i in range(k):  # the same seeds as the pair: the same chain, however many share
-            chain = workspace.read_hashes(workspace.run_dir(runs_dir, "deterministic", i))
-            found = first_parting(chains["deterministic"][0], chain)
-            if found != NEVER:
-                sharing_parted[f"{k} sharing, run {i}"] = found
+    fast = fast_path(params, settings, device, chains["deterministic"][0], out, log)
+    swept = gpu_sharing.sweep(launch, params, settings, device, sharing, out, log)
+    sharing_parted = parted_from(chains["deterministic"][0], swept["chains"])
     result = {
         "device": device,
         "gpu": provenance.gpu_info(),
@@ -153,16 +189,30 @@ def check(
         "steps": steps,
         "settings": settings,
         "deterministic": first_parting(*chains["deterministic"]),
+        "fast_path": fast,
         "gpu_group": first_parting(*chains["gpu"]),
         "gpu_group_ops": ops,
         "audit": audit.summary(audited),
-        "throughput_steps_per_second": throughput,
+        "sharing": swept["rates"],
         "sharing_parted": sharing_parted,
     }
-    result["replicable"] = result["deterministic"] == NEVER and not sharing_parted
+    result["replicable"] = replicable(result)
     write_json(out / "gpu-check.json", result)
     write_text(out / "gpu-check.md", report(result))
     return result
+
+
+def replicable(result: dict) -> bool:
+    """One chain everywhere: the pair, the fast path, every shared run; nothing failed."""
+    fast = result["fast_path"]
+    return (
+        result["deterministic"] == NEVER
+        and "failed" not in fast
+        and fast["pair"] == NEVER
+        and fast["against_standard"] == NEVER
+        and not any("failed" in by_k for by_k in result["sharing"].values())
+        and not result["sharing_parted"]
+    )
 
 
 def _machine(result: dict) -> str:
@@ -186,24 +236,54 @@ def _parted(found: dict, steps: int) -> str:
 
 
 def _throughput_lines(result: dict) -> list[str]:
-    rates = result["throughput_steps_per_second"]
-    lines = ["| runs sharing the device | agent steps/s in all | per run |", "|---|---|---|"]
-    lines += [f"| {k} | {rate:.1f} | {rate / int(k):.1f} |" for k, rate in rates.items()]
-    if result["device"] == "cuda" and not result["sharing_parted"]:
-        best = max(rates, key=lambda k: rates[k])
+    rates = result["sharing"]
+    lines = gpu_sharing.table(rates)
+    if result["device"] == "cuda" and result["replicable"]:
+        path, k, rate = gpu_sharing.best_sharing(rates)
+        tried = max(int(k) for by_k in rates.values() for k in gpu_sharing.measured(by_k))
         lines += [
             "",
-            f"Most agent steps per second with {best} runs sharing the GPU: for a study, "
-            f"`REPRODQN_WORKERS` = {best} x the GPUs (the default is one per GPU). It is a "
-            "launch setting: each run's chain is the same however many share."
+            f"Most agent steps per second: {rate:.0f} in all, with {k} runs sharing the GPU "
+            f"on the {path} path. For a study, `REPRODQN_RUNS_PER_GPU={k}`"
             + (
-                f" {best} is the most this check tried: `--sharing {best} {2 * int(best)}` "
-                "tries more."
-                if int(best) == max(int(k) for k in rates)
+                f" with `{' '.join('--set ' + s for s in gpu_sharing.FAST['cuda'])}`"
+                if path == "fast"
+                else ""
+            )
+            + " (the default is the most that pay, as far as the GPU's and the host's memory "
+            "hold). It is a launch setting: each run's chain is the same however many share."
+            + (
+                f" {k} is the most this check tried: `--sharing {k} {2 * k}` tries more."
+                if k == tried
                 else ""
             ),
         ]
     return lines
+
+
+def _fast_line(result: dict) -> str:
+    fast, steps = result["fast_path"], result["steps"]
+    named = " ".join(fast["settings"])
+    if "failed" in fast:
+        last = " / ".join(fast["failed"].splitlines()[-3:])
+        return f"- The fast path (`{named}`): **it failed**: {last}"
+    if fast["pair"] != NEVER:
+        return f"- The fast path (`{named}`), two runs: **they {_parted(fast['pair'], steps)}**"
+    line = f"- The fast path (`{named}`), two runs: **one hash chain**, " + (
+        "**the standard path's**"
+        if fast["against_standard"] == NEVER
+        else f"but against the standard path's they {_parted(fast['against_standard'], steps)}"
+    )
+    if "device_replay_against_standard" in fast:
+        alone = fast["device_replay_against_standard"]
+        line += "; the device replay alone: " + (
+            "the standard chain, so the graphs differ"
+            if alone == NEVER
+            else f"it {_parted(alone, steps)} too"
+        )
+    if result["device"] == "cpu":
+        line += " (on a CPU the fast path is the device replay alone: graphs need CUDA)"
+    return line
 
 
 def report(result: dict) -> str:
@@ -212,15 +292,19 @@ def report(result: dict) -> str:
     steps = result["steps"]
     pair = result["deterministic"]
     shared = result["sharing_parted"]
+    counts = sorted(
+        {int(k) for by_k in result["sharing"].values() for k in gpu_sharing.measured(by_k)}
+    )
     lines = [
         "# gpu-check",
         "",
         f"- Device: {result['device']}. {_machine(result)}.",
         "- Two deterministic runs, same seeds, each in its own process: "
         + ("**one hash chain**" if pair == NEVER else f"**they {_parted(pair, steps)}**"),
+        _fast_line(result),
         "- The same runs sharing the device, "
-        + ", ".join(str(k) for k in result["throughput_steps_per_second"])
-        + " at a time: "
+        + ", ".join(str(k) for k in counts)
+        + " at a time, on both paths: "
         + (
             "**the same chain**"
             if not shared
@@ -234,8 +318,7 @@ def report(result: dict) -> str:
         "",
         *_throughput_lines(result),
         "",
-        f"Each run: {steps:,} agent steps at `{' '.join(result['settings'])}` "
-        "(start-up and replay filling included).",
+        f"Each run: {steps:,} agent steps at `{' '.join(result['settings'])}`.",
         "",
     ]
     return "\n".join(lines)

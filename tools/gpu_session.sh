@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 51's checks on a lent GPU machine, in two calls of under 8 and 5 minutes:
+#   `check`: 1; `bench`: 2 and 3 (each call's files come back on their own)
+#   1. gpu-check: the deterministic pair one chain on the standard path and on the fast path
+#      (compute.replay_on_device + compute.cuda_graphs), the same chain on both, the gpu
+#      pair parting, the audit on CUDA, and 1, 4, 8 and 16 runs sharing the GPU on each path,
+#      every chain the pair's, with agent steps/s after annealing (about 5 min)
+#   2. bench/gpu_profile.py: where one agent step's time goes on each path (about 1 min)
+#   3. bench/gpu_throughput.py: K = 1 and 16 at length, and CleanRL's dqn_atari.py on the
+#      same GPU (about 2.5 min)
+# Each step has its own time limit, so a slow one cannot take the others' results with it.
+# Here, first: tools/device_wheels.sh. Then, with the device tool, one call after the other
+# (the machine stays warm between them):
+#   run(command="bash tools/gpu_session.sh check", carry=[".whl", ".cleanrl"], timeout_s=480)
+#   run(command="bash tools/gpu_session.sh bench", carry=[".whl", ".cleanrl"], timeout_s=300)
+# What comes back: gpu-check.md/.json (check); profile.txt, throughput.txt/.json (bench);
+# session.log and nvidia-smi.txt (both).
+set -uo pipefail
+part=${1:?"which part: check or bench"}
+OUT=${OUT:-build/gpu-session}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 PYTHONHASHSEED=0
+nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+log="$OUT/session.log"
+step() {  # step SECONDS NAME COMMAND...: run it, time it, keep its exit status in the log
+  local limit=$1 name=$2
+  shift 2
+  local start=$SECONDS
+  echo "== $name (limit ${limit}s)" | tee -a "$log"
+  timeout "$limit" "$@" 2>&1 | tail -n 60 >>"$log"
+  echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s" | tee -a "$log"
+}
+if [ "$part" = check ]; then
+  step 450 gpu-check python3 -m reprodqn.cli gpu-check --params params.yaml \
+    --out /tmp/gpu-check --steps 2400 --sharing 1 4 8 16
+  cp /tmp/gpu-check/gpu-check.md /tmp/gpu-check/gpu-check.json "$OUT/" 2>/dev/null
+  cat "$OUT/gpu-check.md" 2>/dev/null
+fi
+if [ "$part" = bench ]; then
+  step 80 profile sh -c "python3 bench/gpu_profile.py --steps 300 >'$OUT/profile.txt' 2>&1"
+  step 200 throughput sh -c "python3 bench/gpu_throughput.py --sharing 1 16 --steps 4000 \
+    --out /tmp/throughput --cleanrl .cleanrl --cleanrl-python python3 >'$OUT/throughput.txt' 2>&1"
+  cp /tmp/throughput/gpu-throughput.json "$OUT/throughput.json" 2>/dev/null
+  tail -n 20 "$OUT/throughput.txt" 2>/dev/null
+fi
