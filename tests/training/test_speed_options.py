@@ -112,6 +112,38 @@ def test_warm_up_leaves_no_trace_in_the_run(tmp_path):
     assert all(float(after[k]) == float(before.get(k, 0)) + 1 for k in after if k.endswith(".step"))
 
 
+def test_a_capture_that_fails_leaves_the_run_as_it_was(tmp_path, monkeypatch):
+    """Warm-up updates ran, then capture raised: weights and optimizer state go back."""
+    params = load_params(PARAMS, [*TINY, *DEVICE_REPLAY])
+    run = loop.Run(resolve_run(params, "deterministic", 0), tmp_path, torch.device("cpu"))
+    while run.step < 260:
+        run.advance()
+    before = run.agent.tensors()
+    graphs = CudaGraphs(run.agent, run.replay, capture=True)
+
+    def no_graphs(*args):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(CudaGraphs, "_capture", no_graphs)
+    with pytest.raises(RuntimeError, match="stream is capturing"):
+        graphs.update(run.replay.sample_indices(8, run.streams["minibatch"]))
+    after = run.agent.tensors()
+    assert set(after) >= set(before)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(not after[k].any() for k in set(after) - set(before))  # new state: its start
+
+
+def test_the_gpu_group_still_parts_on_the_device_replay(plain, tmp_path):
+    """Its emulated kernels (rows summed in an order drawn anew) run on the gathered batch:
+    its two runs agree until updates start, then part, as on the host replay."""
+    params = load_params(PARAMS, [*TINY, *DEVICE_REPLAY])
+    first = train_tiny(params, tmp_path / "a", group="gpu")
+    second = train_tiny(params, tmp_path / "b", group="gpu")
+    before_updates = [line for line in plain if line["updates"] == 0]
+    assert first[: len(before_updates)] == second[: len(before_updates)] == before_updates
+    assert first[-1]["weights_sha256"] != second[-1]["weights_sha256"]
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

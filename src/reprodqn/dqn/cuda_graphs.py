@@ -66,7 +66,8 @@ class CudaGraphs:
         return self.loss.clone()
 
     def act(self, state: np.ndarray) -> int:
-        """The greedy action in this state (the one host wait: the emulator needs it)."""
+        """The greedy action in this state (a host wait the algorithm needs: the emulator
+        takes the action)."""
         self.state[0].copy_(torch.from_numpy(state), non_blocking=True)
         if self._act is None:
             self._act = self._prepare(self._act_body, "action", changes_state=False)
@@ -86,24 +87,24 @@ class CudaGraphs:
     def _prepare(
         self, body: Callable[[], torch.Tensor], output: str, changes_state: bool
     ) -> Callable[[], None]:
-        """Warm up, capture (or not), put the run's state back; returns what one call runs."""
+        """Warm up, capture (or not), put the run's state back, also if either fails;
+        returns what one call runs. Outside inference mode (the act is called inside it):
+        a first capture there would make torch's generator state inference tensors that a
+        later capture may not update (pytorch#166792)."""
         saved = self.agent.tensors() if changes_state else None
-        self._warm_up(body)
-        if not self.capture:
-            if saved is not None:
+        try:
+            with torch.inference_mode(False):
+                self._warm_up(body)
+                graph = self._capture(body, output, changes_state) if self.capture else None
+        finally:
+            if saved is not None:  # the warm-up's updates, and the host's side of capture
                 restore(self.agent, saved)
+        if graph is None:
 
             def eager() -> None:
                 setattr(self, output, body())
 
             return eager
-        if changes_state:  # the update graph's own gradient buffers
-            self.agent.optimizer.zero_grad(set_to_none=True)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            setattr(self, output, body())
-        if saved is not None:  # capture ran the host's side once: step counts, say
-            restore(self.agent, saved)
         count = count_steps if changes_state else None
 
         def replay() -> None:
@@ -112,6 +113,16 @@ class CudaGraphs:
                 count(self.agent.optimizer)
 
         return replay
+
+    def _capture(
+        self, body: Callable[[], torch.Tensor], output: str, changes_state: bool
+    ) -> torch.cuda.CUDAGraph:
+        if changes_state:  # the update graph's own gradient buffers
+            self.agent.optimizer.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            setattr(self, output, body())
+        return graph
 
     def _warm_up(self, body: Callable[[], torch.Tensor]) -> None:
         if self.agent.device.type != "cuda":
