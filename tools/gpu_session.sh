@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Issue 51's checks on a lent GPU machine, in two calls of under 8 and 5 minutes:
+# Issue 51's checks on a lent GPU machine, in two calls of under 7 and 3.5 minutes (with
+# the machine's start, about 12 of a session's 15 minutes of device time):
 #   `check`: 1; `bench`: 2 and 3 (each call's files come back on their own)
 #   1. gpu-check: the deterministic pair one chain on the standard path and on the fast path
 #      (compute.replay_on_device + compute.cuda_graphs), the same chain on both, the gpu
 #      pair parting, the audit on CUDA, and 1, 4, 8 and 16 runs sharing the GPU on each path,
-#      every chain the pair's, with agent steps/s after annealing (about 5 min)
-#   2. bench/gpu_profile.py: where one agent step's time goes on each path (about 1 min)
-#   3. bench/gpu_throughput.py: K = 1 and 16 at length, and CleanRL's dqn_atari.py on the
-#      same GPU (about 2.5 min)
+#      every chain the pair's, with agent steps/s after annealing (about 5.5 min)
+#   2. bench/gpu_profile.py: where one agent step's time goes on each path (under 1 min)
+#   3. bench/gpu_throughput.py at K = 1, and CleanRL's dqn_atari.py on the same GPU, one
+#      run each, timed after annealing alike (about 1.5 min)
 # Each step has its own time limit, so a slow one cannot take the others' results with it.
 # Here, first: tools/device_wheels.sh. Then, with the device tool, one call after the other
 # (the machine stays warm between them):
-#   run(command="bash tools/gpu_session.sh check", carry=[".whl", ".cleanrl"], timeout_s=480)
-#   run(command="bash tools/gpu_session.sh bench", carry=[".whl", ".cleanrl"], timeout_s=300)
+#   run(command="bash tools/gpu_session.sh check", carry=[".whl", ".cleanrl"], timeout_s=420)
+#   run(command="bash tools/gpu_session.sh bench", carry=[".whl", ".cleanrl"], timeout_s=210)
 # What comes back: gpu-check.md/.json (check); profile.txt, throughput.txt/.json (bench);
 # session.log and nvidia-smi.txt (both).
 set -uo pipefail
@@ -33,14 +34,14 @@ step() {  # step SECONDS NAME COMMAND...: run it, time it, keep its exit status 
   echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s" | tee -a "$log"
 }
 if [ "$part" = check ]; then
-  step 450 gpu-check python3 -m reprodqn.cli gpu-check --params params.yaml \
+  step 390 gpu-check python3 -m reprodqn.cli gpu-check --params params.yaml \
     --out /tmp/gpu-check --steps 2400 --sharing 1 4 8 16
   cp /tmp/gpu-check/gpu-check.md /tmp/gpu-check/gpu-check.json "$OUT/" 2>/dev/null
   cat "$OUT/gpu-check.md" 2>/dev/null
 fi
 if [ "$part" = bench ]; then
-  step 80 profile sh -c "python3 bench/gpu_profile.py --steps 300 >'$OUT/profile.txt' 2>&1"
-  step 200 throughput sh -c "python3 bench/gpu_throughput.py --sharing 1 16 --steps 4000 \
+  step 60 profile sh -c "python3 bench/gpu_profile.py --steps 300 >'$OUT/profile.txt' 2>&1"
+  step 130 throughput sh -c "python3 bench/gpu_throughput.py --sharing 1 --steps 3000 \
     --out /tmp/throughput --cleanrl .cleanrl --cleanrl-python python3 >'$OUT/throughput.txt' 2>&1"
   cp /tmp/throughput/gpu-throughput.json "$OUT/throughput.json" 2>/dev/null
   tail -n 20 "$OUT/throughput.txt" 2>/dev/null
