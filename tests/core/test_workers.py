@@ -69,3 +69,17 @@ def test_runs_per_gpu_stop_where_memory_or_cores_run_out(one_gpu_machine):
     one_gpu_machine.setenv(workers.RUNS_PER_GPU_ENV, "many")
     with pytest.raises(InputError, match="REPRODQN_RUNS_PER_GPU=many: expected a positive"):
         workers.default_workers(1)
+
+
+def test_a_studys_footprint_is_its_largest_replay_where_it_lives():
+    from reprodqn.config.params import load_params, resolve_run
+    from reprodqn.study.stages import training_footprint
+    from tests.helpers import PARAMS
+
+    def footprint(*overrides: str) -> workers.Footprint:
+        params = load_params(PARAMS, list(overrides))
+        return training_footprint([resolve_run(params, g, r) for g, r in params.study.run_ids()])
+
+    assert footprint() == workers.Footprint(host_bytes=REPLAY_1M)
+    assert footprint("compute.replay_on_device=true") == workers.Footprint(gpu_bytes=REPLAY_1M)
+    assert footprint("replay.capacity=1000") == workers.Footprint(host_bytes=1000 * 7063)
