@@ -47,7 +47,7 @@ class ComputeConfig(Frozen):
     replay_on_device: bool = Field(
         False,
         description="The replay memory's frames in the device's memory and each minibatch "
-        "gathered there, uploaded as one copy that the host never waits for: the same "
+        "gathered there from one upload that asks the host to wait for nothing: the same "
         "chain. On a GPU, 7.06 GB of its memory per run at capacity 1M; on a CPU the "
         "memory is already there and only its container changes. Uniform replay, "
         "agent.n_step 1, one actor.",
