@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Issue 51's checks on a lent GPU machine, in two calls of under 7 and 3.5 minutes (with
-# the machine's start, about 12 of a session's 15 minutes of device time):
-#   `check`: 1; `bench`: 2 and 3 (each call's files come back on their own)
+# Issue 51's checks on a lent GPU machine, in two calls of under 7.5 and 3.5 minutes (with
+# the machine's start, about 12.5 of a session's 15 minutes of device time):
+#   `check`: 0 and 1; `bench`: 2 and 3 (each call's files come back on their own)
+#   0. bench/capture_probe.py: the fast path's update captured, and 50 of its updates bit
+#      for bit the standard path's, in-process (seconds; torch's message if capture fails)
 #   1. gpu-check: the deterministic pair one chain on the standard path and on the fast path
 #      (compute.replay_on_device + compute.cuda_graphs), the same chain on both, the gpu
 #      pair parting, the audit on CUDA, and 1, 4, 8 and 16 runs sharing the GPU on each path,
@@ -12,7 +14,7 @@
 # Each step has its own time limit, so a slow one cannot take the others' results with it.
 # Here, first: tools/device_wheels.sh. Then, with the device tool, one call after the other
 # (the machine stays warm between them):
-#   run(command="bash tools/gpu_session.sh check", carry=[".whl", ".cleanrl"], timeout_s=420)
+#   run(command="bash tools/gpu_session.sh check", carry=[".whl", ".cleanrl"], timeout_s=450)
 #   run(command="bash tools/gpu_session.sh bench", carry=[".whl", ".cleanrl"], timeout_s=210)
 # What comes back: gpu-check.md/.json (check); profile.txt, throughput.txt/.json (bench);
 # session.log and nvidia-smi.txt (both).
@@ -34,7 +36,8 @@ step() {  # step SECONDS NAME COMMAND...: run it, time it, keep its exit status 
   echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s" | tee -a "$log"
 }
 if [ "$part" = check ]; then
-  step 390 gpu-check python3 -m reprodqn.cli gpu-check --params params.yaml \
+  step 45 capture-probe python3 bench/capture_probe.py --updates 50
+  step 380 gpu-check python3 -m reprodqn.cli gpu-check --params params.yaml \
     --out /tmp/gpu-check --steps 2400 --sharing 1 4 8 16
   cp /tmp/gpu-check/gpu-check.md /tmp/gpu-check/gpu-check.json "$OUT/" 2>/dev/null
   cat "$OUT/gpu-check.md" 2>/dev/null
