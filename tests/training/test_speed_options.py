@@ -95,12 +95,18 @@ def test_graph_code_resumes_to_the_plain_chain(plain, tmp_path, monkeypatch):
     assert train_tiny(params, tmp_path) == plain
 
 
-def test_warm_up_leaves_no_trace_in_the_run(tmp_path):
-    """After the warm-up updates, weights, target and optimizer state are as before."""
+def learning_run(run_dir) -> loop.Run:
+    """The tiny run on the device replay, 60 steps past the start of learning."""
     params = load_params(PARAMS, [*TINY, *DEVICE_REPLAY])
-    run = loop.Run(resolve_run(params, "deterministic", 0), tmp_path, torch.device("cpu"))
+    run = loop.Run(resolve_run(params, "deterministic", 0), run_dir, torch.device("cpu"))
     while run.step < 260:
         run.advance()
+    return run
+
+
+def test_warm_up_leaves_no_trace_in_the_run(tmp_path):
+    """After the warm-up updates, weights, target and optimizer state are as before."""
+    run = learning_run(tmp_path)
     before = run.agent.tensors()
     graphs = CudaGraphs(run.agent, run.replay, capture=False)
     graphs.update(run.replay.sample_indices(8, run.streams["minibatch"]))
@@ -114,10 +120,7 @@ def test_warm_up_leaves_no_trace_in_the_run(tmp_path):
 
 def test_a_capture_that_fails_leaves_the_run_as_it_was(tmp_path, monkeypatch):
     """Warm-up updates ran, then capture raised: weights and optimizer state go back."""
-    params = load_params(PARAMS, [*TINY, *DEVICE_REPLAY])
-    run = loop.Run(resolve_run(params, "deterministic", 0), tmp_path, torch.device("cpu"))
-    while run.step < 260:
-        run.advance()
+    run = learning_run(tmp_path)
     before = run.agent.tensors()
     graphs = CudaGraphs(run.agent, run.replay, capture=True)
 

@@ -179,14 +179,26 @@ class DQNAgent:
         return rewards + gamma * next_q * not_terminal
 
     def targets_and_q(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """The TD targets (no gradient) and Q(s, a) of a minibatch: host arrays, or tensors
-        already on the device (compute.replay_on_device)."""
+        """The TD targets (no gradient) and Q(s, a) of a minibatch."""
+        states, next_states, actions, rewards, not_terminal, discounts = self.on_device(batch)
+        with torch.no_grad():
+            targets = self.td_target(rewards, next_states, not_terminal, discounts)
+        q = self.online(states).gather(1, actions.unsqueeze(1)).squeeze(1)
+        return targets, q
+
+    def on_device(self, batch: dict) -> tuple:
+        """A minibatch's states, next states, actions, rewards, not-terminal flags and
+        discounts (None at n = 1) on the device: host arrays copied there, or the device
+        replay's tensors as they are (compute.replay_on_device)."""
         if isinstance(batch["states"], torch.Tensor):
-            not_terminal = ~batch["terminals"]
-            with torch.no_grad():
-                targets = self.td_target(batch["rewards"], batch["next_states"], not_terminal)
-            q = self.online(batch["states"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
-            return targets, q
+            return (
+                batch["states"],
+                batch["next_states"],
+                batch["actions"],
+                batch["rewards"],
+                ~batch["terminals"],
+                None,
+            )
         device = self.device
         states = torch.from_numpy(batch["states"]).to(device)
         next_states = torch.from_numpy(batch["next_states"]).to(device)
@@ -198,10 +210,7 @@ class DQNAgent:
             if batch.get("discounts") is not None
             else None
         )
-        with torch.no_grad():
-            targets = self.td_target(rewards, next_states, not_terminal, discounts)
-        q = self.online(states).gather(1, actions.unsqueeze(1)).squeeze(1)
-        return targets, q
+        return states, next_states, actions, rewards, not_terminal, discounts
 
     def loss(
         self, q: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None
