@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import shutil
@@ -10,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,52 +165,53 @@ def test_determinism_settings_are_applied_and_recorded():
     assert applied["deterministic_algorithms"] is False and applied["cudnn_deterministic"] is False
 
 
-# run in a fresh interpreter, as a run is: a test worker's heap after other tests is not a
-# run's (a worker that had run other files first measured 333 faults per update)
-UPDATE_FAULTS = """
-import resource, sys
-import numpy as np, torch
-from reprodqn.config.params import load_params
-from reprodqn.determinism import numerics
-from reprodqn.dqn.agent import DQNAgent
+def update_faults(params: Path) -> float:
+    """Minor page faults per update of the study's network at its batch size, after three
+    updates have sized the optimizer state and the heap."""
+    import resource
 
-_, applied = numerics.configure("cpu", 1, True)
-assert applied["allocator"]["malloc"] == "glibc", applied["allocator"]
-config = load_params(sys.argv[1]).agent
-agent = DQNAgent(
-    config, n_actions=4, history_length=4, screen_size=84, device=torch.device("cpu"),
-    init_generator=torch.Generator().manual_seed(0), learning_starts=0, reward_clip=1.0,
-)
-rng = np.random.default_rng(0)
-shape = (config.batch_size, 4, 84, 84)
-batch = {
-    "states": rng.integers(0, 256, shape, dtype=np.uint8),
-    "next_states": rng.integers(0, 256, shape, dtype=np.uint8),
-    "actions": rng.integers(0, 4, config.batch_size).astype(np.uint8),
-    "rewards": np.ones(config.batch_size, np.float32),
-    "terminals": np.zeros(config.batch_size, bool),
-}
-for _ in range(3):  # optimizer state and the heap reach their size
-    agent.update(batch)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(10):
-    agent.update(batch)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
-"""
+    from reprodqn.config.params import load_params
+    from reprodqn.dqn.agent import DQNAgent
+
+    _, applied = numerics.configure("cpu", 1, True)
+    assert applied["allocator"]["malloc"] == "glibc", applied["allocator"]
+    config = load_params(params).agent
+    agent = DQNAgent(
+        config,
+        n_actions=4,
+        history_length=4,
+        screen_size=84,
+        device=torch.device("cpu"),
+        init_generator=torch.Generator().manual_seed(0),
+        learning_starts=0,
+        reward_clip=1.0,
+    )
+    rng = np.random.default_rng(0)
+    shape = (config.batch_size, 4, 84, 84)
+    batch = {
+        "states": rng.integers(0, 256, shape, dtype=np.uint8),
+        "next_states": rng.integers(0, 256, shape, dtype=np.uint8),
+        "actions": rng.integers(0, 4, config.batch_size).astype(np.uint8),
+        "rewards": np.ones(config.batch_size, np.float32),
+        "terminals": np.zeros(config.batch_size, bool),
+    }
+    for _ in range(3):
+        agent.update(batch)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        agent.update(batch)
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc only")
 def test_updates_reuse_freed_memory_instead_of_faulting_it_back_in():
     """glibc unmaps every freed block of >= 128 KB; unless told not to, each update of the
-    study's network at batch 32 page-faults its ~10 MB of buffers back in (~2,700 faults)."""
-    result = subprocess.run(
-        [sys.executable, "-c", UPDATE_FAULTS, str(PARAMS)],
-        capture_output=True,
-        text=True,
-        env=cli_env(),
-    )
-    assert result.returncode == 0, result.stderr
-    faults = float(result.stdout)
+    study's network at batch 32 page-faults its ~10 MB of buffers back in (~2,700 faults).
+    Measured in a fresh interpreter, as a run is: a test worker's heap after other test
+    files is not a run's (one measured 333 faults per update)."""
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=spawn) as fresh:
+        faults = fresh.submit(update_faults, PARAMS).result()
     assert faults < 200, f"{faults:.0f} minor page faults per update"
 
 
