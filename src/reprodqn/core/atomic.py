@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +20,10 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
     """Open a temporary file that replaces `path` only if the block completes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    permissions = file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, permissions)
         with os.fdopen(fd, mode) as handle:
             yield handle
             handle.flush()
@@ -31,6 +34,27 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
+
+
+def file_mode(path: Path) -> int:
+    """The mode open() would leave `path` with: its own if it exists, else 0o666 less the
+    umask (mkstemp's 0o600 would hide a study's results from the rest of a lab's group)."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~umask()
+
+
+def umask() -> int:
+    """The process's umask, read without changing it (os.umask can only set it, which
+    another thread could see) where Linux says it; else set and put back."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def fsync_dir(path: Path) -> None:

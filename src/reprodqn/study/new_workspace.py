@@ -104,7 +104,6 @@ def init(directory: Path) -> list[str]:
         (directory / target).parent.mkdir(parents=True, exist_ok=True)
         with atomic_open(directory / target, "wb") as handle:
             handle.write(content)
-        (directory / target).chmod(0o644)  # a workspace's files, readable as a checkout's
     return targets
 
 
