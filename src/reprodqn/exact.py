@@ -349,7 +349,7 @@ def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) 
     config (a different one is refused: results never mix), and record the command that
     runs it (what `reprodqn verify RUN --until STEP` runs again), the conditions, the SBOM
     and the numerics settings. Returns the conditions record."""
-    from reprodqn.determinism import provenance
+    from reprodqn.determinism import provenance, sbom
 
     directory = Path(directory)
     config = json.loads(json.dumps(dict(config), default=str))
@@ -374,5 +374,5 @@ def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) 
     write_json(directory / workspace.CONDITIONS, conditions)
     write_json(directory / workspace.DETERMINISM, process.applied)
     if not (directory / workspace.SBOM).exists():
-        provenance.write_sbom(directory / workspace.SBOM)
+        sbom.write_sbom(directory / workspace.SBOM)
     return conditions

@@ -14,7 +14,7 @@ import pytest
 
 from reprodqn.config.params import load_params
 from reprodqn.core.errors import InputError
-from reprodqn.determinism import provenance
+from reprodqn.determinism import provenance, sbom
 from reprodqn.study import launch
 from tests.helpers import PARAMS, TINY, cli_env, train_tiny
 
@@ -155,16 +155,16 @@ def test_conditions_stage_writes_records_and_a_reproducible_sbom(stage_and_job):
     a, b = stage_and_job
     assert (a / "sbom.cdx.json").read_bytes() == (b / "sbom.cdx.json").read_bytes()
     assert (a / "fingerprint.json").read_bytes() == (b / "fingerprint.json").read_bytes()
-    sbom = json.loads((a / "sbom.cdx.json").read_text())
-    assert sbom["bomFormat"] == "CycloneDX" and "serialNumber" not in sbom
-    assert "timestamp" not in sbom["metadata"]
-    versions = {c["name"]: c.get("version") for c in sbom["components"]}
+    document = json.loads((a / "sbom.cdx.json").read_text())
+    assert document["bomFormat"] == "CycloneDX" and "serialNumber" not in document
+    assert "timestamp" not in document["metadata"]
+    versions = {c["name"]: c.get("version") for c in document["components"]}
     assert versions["torch"].startswith("2.13.0") and versions["numpy"] and versions["mlflow"]
     assert "file:" not in (a / "sbom.cdx.json").read_text()
-    assert not any(c["bom-ref"].startswith("BomRef.") for c in sbom["components"])
+    assert not any(c["bom-ref"].startswith("BomRef.") for c in document["components"])
     for cache in ("cache-stage", "cache-job"):  # each made its own, and keeps it
         kept = list((a.parent / cache / "reprodqn" / "sbom").glob("*.json"))
-        assert len(kept) == 1 and json.loads(kept[0].read_text()) == sbom
+        assert len(kept) == 1 and json.loads(kept[0].read_text()) == document
     record = json.loads((a / "fingerprint.json").read_text())
     assert record["fingerprint"] == json.loads((a / "conditions.json").read_text())["fingerprint"]
 
@@ -200,3 +200,24 @@ def test_a_run_from_other_conditions_is_refused_then_retrained(tmp_path):
     assert chain == [
         json.loads(line) for line in (run_dir / "hashes.jsonl").read_text().splitlines()
     ]
+
+
+def test_an_sbom_baked_into_the_environment_is_read_and_not_made_again(tmp_path, monkeypatch):
+    """The image bakes its SBOM at build time: a study's conditions stage in it reads that
+    one and never runs cyclonedx, and another environment never reads it."""
+    baked_doc = {"bomFormat": "CycloneDX", "components": [{"name": "baked"}]}
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "env"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(provenance, "sbom_document", lambda: baked_doc)
+    assert sbom.bake_sbom().is_relative_to(tmp_path / "env" / "share")
+
+    def cyclonedx():
+        raise AssertionError("cyclonedx ran")
+
+    monkeypatch.setattr(provenance, "sbom_document", cyclonedx)
+    assert sbom.write_sbom(tmp_path / "sbom.cdx.json") == baked_doc
+    assert json.loads((tmp_path / "sbom.cdx.json").read_text()) == baked_doc
+    assert not (tmp_path / "cache").exists()  # nothing made, so nothing cached
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "another" / "python"))
+    with pytest.raises(AssertionError, match="cyclonedx ran"):
+        sbom.write_sbom(tmp_path / "another.cdx.json")

@@ -97,14 +97,18 @@ def test_every_file_in_the_workspace_belongs_to_the_calling_user(smoke):
     assert (smoke["inside"] / "dvc.lock").exists()  # dvc repro did write here
 
 
-def test_conditions_name_the_image_digest_and_that_it_ran_inside_a_container(smoke):
-    image_id = subprocess.run(
-        ["podman", "image", "inspect", "--format", "{{.Id}}", IMAGE],
+def podman(*args: str) -> str:
+    return subprocess.run(
+        ["podman", *args],
         capture_output=True,
         text=True,
         check=True,
         env=cli_env(CONTAINERS_CONF=str(ROOT / ".ci/container/containers.conf")),
     ).stdout.strip()
+
+
+def test_conditions_name_the_image_digest_and_that_it_ran_inside_a_container(smoke):
+    image_id = podman("image", "inspect", "--format", "{{.Id}}", IMAGE)
     container = conditions(smoke["inside"])["container"]
     assert container == {
         "inside_container": True,
@@ -113,6 +117,18 @@ def test_conditions_name_the_image_digest_and_that_it_ran_inside_a_container(smo
         "image_digest": f"sha256:{image_id.removeprefix('sha256:')}",
         "torch_build": "cpu",
     }
+
+
+def test_the_image_carries_its_sbom_and_the_study_inside_records_that_one(smoke):
+    """The build baked the environment's SBOM; a caller's run finds it under the run's own
+    key (so cyclonedx never runs in `docker-run`), and it is the one the study recorded."""
+    found = "from reprodqn.determinism import sbom as p; " + (
+        "path = p.environment_sbom_path(p.sbom_key()); print(path.read_text())"
+    )
+    user = f"{CALLER[0]}:{CALLER[1]}"
+    baked = podman("run", "--rm", "--user", user, "-e", "HOME=/tmp", IMAGE, "python", "-c", found)
+    recorded = (smoke["inside"] / "results" / "sbom.cdx.json").read_text()
+    assert json.loads(baked) == json.loads(recorded)
 
 
 def test_the_smoke_chains_inside_equal_the_committed_reference(smoke):

@@ -11,7 +11,6 @@ unrelated package, keeps it; a different GPU or torch build changes it and retra
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 from reprodqn.core import workspace
 from reprodqn.core.digests import json_digest
 from reprodqn.determinism import isa
+from reprodqn.determinism.sbom import write_sbom
 
 # instruction-set flags that decide which kernels torch, oneDNN, MKL and OpenCV run
 ISA_FLAGS = (
@@ -291,93 +291,3 @@ def write_conditions(compute_config, out_dir: Path) -> dict:
     )
     write_sbom(out_dir / workspace.SBOM)
     return conditions
-
-
-# ---------------------------------------------------------------------------------------------
-# SBOM
-
-
-def write_sbom(path: Path) -> dict:
-    """A CycloneDX JSON SBOM of this Python environment at `path`. Making one takes cyclonedx
-    20 s and more, and the same environment always gives the same file, so it is made once
-    per environment and kept in the user's cache, named by a digest of every installed
-    distribution's name, version and location and of this interpreter (a cache that cannot
-    be written is skipped)."""
-    from reprodqn.core.atomic import write_json
-
-    cached = sbom_cache_path()
-    try:
-        doc = json.loads(cached.read_text())
-    except (OSError, ValueError):
-        doc = sbom_document()
-        try:
-            write_json(cached, doc)
-        except OSError:
-            pass
-    write_json(path, doc)
-    return doc
-
-
-def sbom_cache_path() -> Path:
-    installed = sorted(
-        (str(d.metadata["Name"]), d.version, str(getattr(d, "_path", "")))
-        for d in metadata.distributions()
-    )
-    key = json_digest({"python": sys.executable, "distributions": installed})
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "reprodqn" / "sbom" / f"{key}.json"
-
-
-def sbom_document() -> dict:
-    """The SBOM as cyclonedx-bom writes it, reproducible: no timestamp or serial number,
-    and nothing machine-specific. An editable install makes cyclonedx list the project
-    twice, once under a random bom-ref and a file:// path; that copy is dropped, so the
-    same environment always gives the same document."""
-    import tempfile
-
-    from reprodqn.core.errors import InputError
-
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / "sbom.json"
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "cyclonedx_py",
-                "environment",
-                sys.executable,
-                "--output-reproducible",
-                "--of",
-                "JSON",
-                "-o",
-                str(raw),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if result.returncode != 0:
-            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise InputError(f"cyclonedx-py could not write the SBOM: {last}")
-        doc = json.loads(raw.read_text())
-    dropped = {
-        c["bom-ref"]
-        for c in doc.get("components", [])
-        if c.get("bom-ref", "").startswith("BomRef.")
-    }
-    doc["components"] = [c for c in doc.get("components", []) if c["bom-ref"] not in dropped]
-    for component in doc["components"]:
-        refs = [
-            r
-            for r in component.get("externalReferences", [])
-            if not r.get("url", "").startswith("file:")
-        ]
-        if refs:
-            component["externalReferences"] = refs
-        else:
-            component.pop("externalReferences", None)
-    doc["dependencies"] = [
-        {**d, "dependsOn": [r for r in d.get("dependsOn", []) if r not in dropped]}
-        for d in doc.get("dependencies", [])
-        if d.get("ref") not in dropped
-    ]
-    return doc
