@@ -37,6 +37,8 @@ def stage(workspace: Path, *argv: str) -> None:
 
 
 def chain_to(run: Path, step: int) -> list[dict]:
+    if not (run / "hashes.jsonl").is_file():
+        raise SystemExit(f"{run}: no hashes.jsonl (--run names the ranker's run directory)")
     lines = [json.loads(line) for line in (run / "hashes.jsonl").read_text().splitlines()]
     kept = [line for line in lines if line["step"] <= step]
     if not kept or kept[-1]["step"] != step:

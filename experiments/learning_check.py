@@ -24,11 +24,13 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
 from reprodqn.config.params import load_params
 from reprodqn.config.variants import preset_path
+from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,13 +46,21 @@ def floor_from_argv() -> str:
     return load_params(ROOT / "params.yaml", known.set, overlay=overlay).compute.cpu_isa
 
 
-isa.apply(floor_from_argv())
+def exit_with_one_line(error: Exception) -> NoReturn:
+    """A wrong file or value: one line naming it, no traceback."""
+    raise SystemExit(f"learning_check: error: {error}") from None
+
+
+try:
+    isa.apply(floor_from_argv())
+except InputError as error:
+    exit_with_one_line(error)
 
 import torch  # noqa: E402
 
 from reprodqn.config.params import resolve_run  # noqa: E402
 from reprodqn.config.variants import algorithm_name, preset_names  # noqa: E402
-from reprodqn.core import workspace  # noqa: E402
+from reprodqn.core import packaged, workspace  # noqa: E402
 from reprodqn.core.atomic import write_text  # noqa: E402
 from reprodqn.core.events import CheckpointWritten  # noqa: E402
 from reprodqn.dqn.network import q_values  # noqa: E402
@@ -121,6 +131,20 @@ def config_for(args):
     return params, resolve_run(params, "deterministic", 0)
 
 
+def default_start_sequences(params, game: str) -> str:
+    """Params' states for Breakout (the authors'); a game's own if the package carries them."""
+    if game == "breakout":
+        return params.evaluation.start_sequences
+    own = packaged.game_start_sequences(game)
+    return f"start_sequences/{own.name}" if own else start_states.NONE
+
+
+def found(name: str) -> Path:
+    """A file named from the caller's directory, or else from the checkout's root."""
+    path = Path(name)
+    return path if path.exists() else ROOT / path
+
+
 def train_only(args) -> None:
     _, config = config_for(args)
     print(
@@ -168,7 +192,8 @@ def main() -> None:
         "--start-sequences",
         default=None,
         help="a start-sequence file, or none: the reset screen after no-ops (default: "
-        "params' for Breakout, none for another game)",
+        "params' for Breakout, start_sequences/GAME.json for another game that has them, "
+        "else none)",
     )
     parser.add_argument("--max-frames", type=int, default=18_000)
     parser.add_argument("--threads", type=int, default=1)
@@ -200,14 +225,12 @@ def main() -> None:
     params, config = config_for(args)
     evaluation = params.evaluation.model_copy(update={"max_frames": args.max_frames})
     protocol = Protocol.for_run(config, evaluation)
-    chosen = args.start_sequences or (
-        params.evaluation.start_sequences if config.env.game == "breakout" else start_states.NONE
-    )
+    chosen = args.start_sequences or default_start_sequences(params, config.env.game)
     if chosen == start_states.NONE:  # a game without start states: reset screen + no-ops
         sequences = None
         specs = episode_specs(protocol, args.states, 0, config.env.noop_max)
     else:
-        sequences = start_states.load(ROOT / chosen)["sequences"][: args.states]
+        sequences = start_states.load(found(chosen))["sequences"][: args.states]
         specs = [EpisodeSpec(k, start_sequence=k) for k in range(len(sequences))]
     histories = start_histories(specs, protocol, sequences)
     print(
@@ -283,4 +306,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except InputError as error:
+        exit_with_one_line(error)

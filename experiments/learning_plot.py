@@ -188,7 +188,8 @@ def main() -> None:
         handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=8, frameon=False
     )
     fig.suptitle(args.title)
-    fig.tight_layout(rect=(0, 0.2 if wide else 0.1, 1, 1))
+    rows = -(-len(handles) // 3)  # the legend's rows, below the panels
+    fig.tight_layout(rect=(0, (0.06 if wide else 0.04) * rows + 0.02, 1, 1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".tmp.png")
     fig.savefig(tmp, dpi=110)
