@@ -22,6 +22,7 @@ BASE = "localhost/reprodqn-base:bookworm"
 IMAGE = "localhost/reprodqn:test-cpu"
 CALLER = (4321, 4321)  # a non-root caller whose files must not end up as the image's user
 PODMAN = {"CONTAINER": "podman", "IMAGE": IMAGE}
+RUNTIME = ["--runtime", "runc", "--cgroup-manager", "cgroupfs"]  # the Makefile's PODMAN_FLAGS
 
 
 def make(log: Path, *target: str, **variables) -> subprocess.Popen:
@@ -99,7 +100,7 @@ def test_every_file_in_the_workspace_belongs_to_the_calling_user(smoke):
 
 def podman(*args: str) -> str:
     return subprocess.run(
-        ["podman", *args],
+        ["podman", *RUNTIME, *args],
         capture_output=True,
         text=True,
         check=True,
