@@ -63,6 +63,7 @@ from reprodqn.config.variants import algorithm_name, preset_names  # noqa: E402
 from reprodqn.core import packaged, workspace  # noqa: E402
 from reprodqn.core.atomic import write_text  # noqa: E402
 from reprodqn.core.events import CheckpointWritten  # noqa: E402
+from reprodqn.core.progress import format_duration  # noqa: E402
 from reprodqn.dqn.network import q_values  # noqa: E402
 from reprodqn.evaluation import start_states  # noqa: E402
 from reprodqn.evaluation.protocol import (  # noqa: E402
@@ -247,11 +248,13 @@ def main() -> None:
     random_policy = probe(RandomPolicy(n_actions), protocol, sequences, histories, specs)
     print(
         f"{'step':>9} {'score':>7} {'max_q':>8} {'acts':>4} {'spread':>8} | {'step-0':>7} "
-        f"{'acts':>4} {'spread':>8} | {'random':>7} | {'elapsed':>8}",
+        f"{'acts':>4} {'spread':>8} | {'random':>7} | {'elapsed':>8} {'eta':>7}",
         flush=True,
     )
     run_dir, log = args.out / "run", args.out / "learning_check.jsonl"
     start, lines, step0 = time.monotonic(), [], None
+    last = workspace.read_hashes(run_dir)[-1]["step"] if args.reprobe else args.steps
+    origin: list[int] = []  # the first step this process probes, where its ETA counts from
 
     def record(step: int, found: dict) -> None:
         nonlocal step0
@@ -270,13 +273,21 @@ def main() -> None:
         else:
             with open(log, "a") as handle:
                 handle.write(lines[-1])
+        elapsed = time.monotonic() - start
         print(
             f"{step:>9,} {found['score']:>7.2f} {found['max_q']:>8.4f} "
             f"{found['greedy_actions']:>4} {found['q_spread']:>8.5f} | {step0['score']:>7.2f} "
             f"{step0['greedy_actions']:>4} {step0['q_spread']:>8.5f} | "
-            f"{random_policy['score']:>7.2f} | {time.monotonic() - start:>7.0f}s",
+            f"{random_policy['score']:>7.2f} | {elapsed:>7.0f}s {eta(step, elapsed):>7}",
             flush=True,
         )
+
+    def eta(step: int, elapsed: float) -> str:
+        """Time left at the rate so far (probes of a stronger agent play longer games, and
+        training before learning starts is cheaper: an estimate, refined at every line)."""
+        origin[:] = origin or [step]
+        done, left = step - origin[0], last - step
+        return format_duration(elapsed * left / done) if done > 0 else "-"
 
     if args.reprobe:
         kept = log.read_text().splitlines(keepends=True) if args.new_only and log.exists() else []
