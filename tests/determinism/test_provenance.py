@@ -208,13 +208,13 @@ def test_an_sbom_baked_into_the_environment_is_read_and_not_made_again(tmp_path,
     baked_doc = {"bomFormat": "CycloneDX", "components": [{"name": "baked"}]}
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "env"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(provenance, "sbom_document", lambda: baked_doc)
+    monkeypatch.setattr(sbom, "sbom_document", lambda: baked_doc)
     assert sbom.bake_sbom().is_relative_to(tmp_path / "env" / "share")
 
     def cyclonedx():
         raise AssertionError("cyclonedx ran")
 
-    monkeypatch.setattr(provenance, "sbom_document", cyclonedx)
+    monkeypatch.setattr(sbom, "sbom_document", cyclonedx)
     assert sbom.write_sbom(tmp_path / "sbom.cdx.json") == baked_doc
     assert json.loads((tmp_path / "sbom.cdx.json").read_text()) == baked_doc
     assert not (tmp_path / "cache").exists()  # nothing made, so nothing cached
