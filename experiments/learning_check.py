@@ -140,7 +140,7 @@ def default_start_sequences(params, game: str) -> str:
     return f"start_sequences/{own.name}" if own else start_states.NONE
 
 
-def found(name: str) -> Path:
+def locate(name: str) -> Path:
     """A file named from the caller's directory, or else from the checkout's root."""
     path = Path(name)
     return path if path.exists() else ROOT / path
@@ -231,7 +231,7 @@ def main() -> None:
         sequences = None
         specs = episode_specs(protocol, args.states, 0, config.env.noop_max)
     else:
-        sequences = start_states.load(found(chosen))["sequences"][: args.states]
+        sequences = start_states.load(locate(chosen))["sequences"][: args.states]
         specs = [EpisodeSpec(k, start_sequence=k) for k in range(len(sequences))]
     histories = start_histories(specs, protocol, sequences)
     print(

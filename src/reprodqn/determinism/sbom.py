@@ -4,6 +4,7 @@ always gives the same file and making it takes 20 s and more."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -25,20 +26,21 @@ def write_sbom(path: Path) -> dict:
     from reprodqn.core.atomic import write_json
 
     key = sbom_key()
-    for kept in (environment_sbom_path(key), sbom_cache_path(key)):
-        try:
-            doc = json.loads(kept.read_text())
-            break
-        except (OSError, ValueError):
-            continue
-    else:
+    cached = sbom_cache_path(key)
+    doc = read_kept(environment_sbom_path(key)) or read_kept(cached)
+    if doc is None:
         doc = sbom_document()
-        try:
-            write_json(kept, doc)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            write_json(cached, doc)
     write_json(path, doc)
     return doc
+
+
+def read_kept(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def bake_sbom() -> Path:
