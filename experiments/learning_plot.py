@@ -123,6 +123,9 @@ def main() -> None:
         help="which panels to draw (a game whose probe states are all one screen, Pong's "
         "no-op starts, has no greedy-action or spread panel worth drawing)",
     )
+    parser.add_argument(
+        "--columns", type=int, default=None, help="panels per row (default: all in one row)"
+    )
     args = parser.parse_args()
     panels = [(key, name.format(states=args.states)) for key, name in PANELS if key in args.panels]
     runs = []
@@ -133,11 +136,11 @@ def main() -> None:
         runs.append((label, read(Path(path))))
     if args.markdown:
         args.markdown.write_text(markdown_table(runs))
-    wide = len(panels) > 2  # the legend's share of a short figure is smaller
-    fig, axes = plt.subplots(
-        1, len(panels), figsize=(4.5 * len(panels), 6 if wide else 5), squeeze=False
-    )
-    axes = axes[0]
+    columns = min(args.columns or len(panels), len(panels))
+    grid = -(-len(panels) // columns)
+    height = 4.5 * grid + 1.5  # each row of panels, plus the title and the legend
+    fig, axes = plt.subplots(grid, columns, figsize=(4.5 * columns, height), squeeze=False)
+    axes = axes.flatten()[: len(panels)]
     for ax, (key, name) in zip(axes, panels, strict=True):
         step0: dict[float, list[tuple[int, str]]] = {}  # runs sharing an initialisation: one line
         for colour, (label, lines) in enumerate(runs):
@@ -189,7 +192,7 @@ def main() -> None:
     )
     fig.suptitle(args.title)
     rows = -(-len(handles) // 3)  # the legend's rows, below the panels
-    fig.tight_layout(rect=(0, (0.06 if wide else 0.04) * rows + 0.02, 1, 1))
+    fig.tight_layout(rect=(0, (0.3 * rows + 0.2) / height, 1, 1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".tmp.png")
     fig.savefig(tmp, dpi=110)
