@@ -23,7 +23,7 @@ from tests.helpers import PARAMS, cli_env
 EPISODES, CAP = 6, 1200
 
 
-def learn(seed: int = 0) -> DQN:
+def build(seed: int = 0) -> DQN:
     env = breakout.BreakoutEnv(mode="train", reward_clip=1.0)
     model = DQN(
         "CnnPolicy",
@@ -36,7 +36,11 @@ def learn(seed: int = 0) -> DQN:
         device="cpu",
     )
     model.set_logger(Logger(None, []))  # SB3's default makes a log folder in /tmp per call
-    return model.learn(total_timesteps=1_500)
+    return model
+
+
+def learn(seed: int = 0) -> DQN:
+    return build(seed).learn(total_timesteps=1_500)
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +57,9 @@ def test_sb3_dqn_learns_the_same_parameters_twice_from_one_seed(model):
     ours, theirs = first.policy.state_dict(), again.policy.state_dict()
     assert ours.keys() == theirs.keys()
     assert all(torch.equal(ours[name], theirs[name]) for name in ours)
+    weights = "q_net.q_net.0.weight"  # the seed reaches the model: another draws other ones
     assert not torch.equal(
-        ours["q_net.q_net.0.weight"], learn(seed=1).policy.state_dict()["q_net.q_net.0.weight"]
+        build(0).policy.state_dict()[weights], build(1).policy.state_dict()[weights]
     )
 
 
