@@ -254,7 +254,7 @@ def main() -> None:
     run_dir, log = args.out / "run", args.out / "learning_check.jsonl"
     start, lines, step0 = time.monotonic(), [], None
     last = workspace.read_hashes(run_dir)[-1]["step"] if args.reprobe else args.steps
-    origin: list[int] = []  # the first step this process probes, where its ETA counts from
+    origin: int | None = None  # the first step this process probes, where its ETA counts from
 
     def record(step: int, found: dict) -> None:
         nonlocal step0
@@ -285,8 +285,9 @@ def main() -> None:
     def eta(step: int, elapsed: float) -> str:
         """Time left at the rate so far (probes of a stronger agent play longer games, and
         training before learning starts is cheaper: an estimate, refined at every line)."""
-        origin[:] = origin or [step]
-        done, left = step - origin[0], last - step
+        nonlocal origin
+        origin = step if origin is None else origin
+        done, left = step - origin, last - step
         return format_duration(elapsed * left / done) if done > 0 else "-"
 
     if args.reprobe:
