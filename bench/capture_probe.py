@@ -14,7 +14,6 @@ capture is printed with torch's own message.
 from __future__ import annotations
 
 import argparse
-import sys
 import traceback
 
 import common
@@ -82,4 +81,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    common.run_main(main)

@@ -15,8 +15,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from reprodqn.config.params import load_params
+from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
 
 if "torch" in sys.modules:
@@ -32,6 +34,16 @@ isa.apply(load_params(PARAMS).compute.cpu_isa)
 def load(overrides: list[str] | None = None):
     """params.yaml with `section.key=value` overrides, as `--set` takes them."""
     return load_params(PARAMS, overrides or [])
+
+
+def run_main(main: Callable[[], int | None]) -> NoReturn:
+    """A benchmark's entry point: a wrong setting, or a device that is not there, ends in
+    one line naming it and exit 2, as the package's commands do."""
+    try:
+        sys.exit(main())
+    except InputError as error:
+        print(f"{Path(sys.argv[0]).name}: {error}", file=sys.stderr)
+        sys.exit(2)
 
 
 def per_call_seconds(function: Callable[[], object], seconds: float, warmup: int = 20) -> float:

@@ -46,7 +46,13 @@ def main() -> int:
     swept = gpu_sharing.sweep(
         gpu_check.launch, common.PARAMS, settings, args.device, args.sharing, out, out / "train.log"
     )
-    alone = swept["chains"]["standard"][str(args.sharing[0])][0]
+    first = swept["chains"]["standard"].get(str(args.sharing[0]))
+    if not first:  # nothing to hold the chains to: say why, with the runs' last lines
+        print("\n".join(gpu_sharing.table(swept["rates"])))
+        reason = swept["rates"]["standard"].get("failed", "no chain recorded")
+        print(f"gpu_throughput: the standard path failed: {reason}", file=sys.stderr)
+        return 2
+    alone = first[0]
     parted = gpu_check.parted_from(alone, swept["chains"])
     record = {"settings": settings, "rates": swept["rates"], "parted": parted}
     print("\n".join(gpu_sharing.table(swept["rates"])))
@@ -91,4 +97,4 @@ def cleanrl_rate(args) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    common.run_main(main)

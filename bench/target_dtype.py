@@ -61,4 +61,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    common.run_main(main)

@@ -102,4 +102,4 @@ def measure(phase: str, schedule: list[str], args) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    common.run_main(main)
