@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -138,7 +139,9 @@ def main() -> None:
         args.markdown.write_text(markdown_table(runs))
     columns = min(args.columns or len(panels), len(panels))
     grid = -(-len(panels) // columns)
-    height = 4.5 * grid + 1.5  # each row of panels, plus the title and the legend
+    # the title wrapped to the figure's width (about 11 characters an inch at its size)
+    title = textwrap.wrap(args.title, width=int(11 * 4.5 * columns))
+    height = 4.5 * grid + 1.2 + 0.3 * len(title)  # each row of panels, the title, the legend
     fig, axes = plt.subplots(grid, columns, figsize=(4.5 * columns, height), squeeze=False)
     axes = axes.flatten()[: len(panels)]
     for ax, (key, name) in zip(axes, panels, strict=True):
@@ -190,7 +193,7 @@ def main() -> None:
     fig.legend(
         handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=8, frameon=False
     )
-    fig.suptitle(args.title)
+    fig.suptitle("\n".join(title))
     rows = -(-len(handles) // 3)  # the legend's rows, below the panels
     fig.tight_layout(rect=(0, (0.3 * rows + 0.2) / height, 1, 1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
