@@ -2,9 +2,10 @@
 CUDA graph, and do its replays give the standard path's bits? Two copies of the study's
 agent (Nature network, batch 32, RMSprop) start from one init; one updates eagerly from the
 host replay, the other through dqn.cuda_graphs from the device replay, on the same
-minibatches of the same frames; every loss, then every weight, target weight and optimizer
-tensor, and the greedy actions of a batch of states, are compared bit for bit. A failure to
-capture is printed with torch's own message.
+minibatches of the same frames, the target synced every 10 updates, and the fast agent
+reloaded halfway as a resume reloads it (its graphs captured again). Every loss, then every
+weight, target weight and optimizer tensor, and the greedy actions of a batch of states,
+are compared bit for bit. A failure to capture is printed with torch's own message.
 
     .venv/bin/python bench/capture_probe.py [--updates 50] [--device cuda]
 
@@ -67,6 +68,12 @@ def main() -> int:
             print(f"update {update + 1}: the fast path failed:\n{traceback.format_exc()}")
             return 2
         losses_differ += int(not torch.equal(want, got))
+        if update % 10 == 9:  # the target copied in place, under the graph's feet
+            standard.sync_target()
+            fast.sync_target()
+        if update == args.updates // 2:  # a resume: new optimizer tensors, captured again
+            fast.load_tensors(fast.tensors())
+            graphs.release()
     a, b = standard.tensors(), fast.tensors()
     tensors_differ = [k for k in a if not torch.equal(a[k], b[k])]
     states = host.transitions(np.arange(100, 132))["states"]

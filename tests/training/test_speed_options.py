@@ -118,18 +118,46 @@ def test_warm_up_leaves_no_trace_in_the_run(tmp_path):
     assert all(float(after[k]) == float(before.get(k, 0)) + 1 for k in after if k.endswith(".step"))
 
 
-def test_a_capture_that_fails_leaves_the_run_as_it_was(tmp_path, monkeypatch):
-    """Warm-up updates ran, then capture raised: weights and optimizer state go back."""
+class RefusedCapture:
+    """torch.cuda.graph as it fails: the body's first op refused while capturing, then
+    ending the capture raising an error of its own (torch leaves its stream current)."""
+
+    active = False
+
+    def __init__(self, graph):
+        self.stream_ctx = self
+
+    def __enter__(self):
+        RefusedCapture.active = True
+
+    def __exit__(self, *exc):
+        if RefusedCapture.active:
+            RefusedCapture.active = False
+            raise RuntimeError("operation failed due to a previous error during capture")
+
+
+def test_a_capture_that_fails_says_why_and_leaves_the_run_as_it_was(tmp_path, monkeypatch):
+    """Warm-up updates ran, then capture was refused: one line naming the option and
+    torch's first reason, not the later one; weights and optimizer state go back."""
     run = learning_run(tmp_path)
     before = run.agent.tensors()
     graphs = CudaGraphs(run.agent, run.replay, capture=True)
+    eager_body = CudaGraphs._update_body
 
-    def no_graphs(*args):
-        raise RuntimeError("operation not permitted when stream is capturing")
+    def body(self):
+        if RefusedCapture.active:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        return eager_body(self)
 
-    monkeypatch.setattr(CudaGraphs, "_capture", no_graphs)
-    with pytest.raises(RuntimeError, match="stream is capturing"):
+    monkeypatch.setattr(CudaGraphs, "_update_body", body)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: None)
+    monkeypatch.setattr(torch.cuda, "graph", RefusedCapture)
+    with pytest.raises(InputError) as refused:
         graphs.update(run.replay.sample_indices(8, run.streams["minibatch"]))
+    message = str(refused.value)
+    assert message.startswith("compute.cuda_graphs: ") and "\n" not in message
+    assert "not permitted when stream is capturing" in message and "previous error" not in message
+    assert "test_speed_options.py" in message  # where it came from
     after = run.agent.tensors()
     assert set(after) >= set(before)
     assert all(torch.equal(before[k], after[k]) for k in before)

@@ -17,6 +17,8 @@ only what keeping the run's state exact needs:
 - The optimizers count steps in host tensors, which a graph does not replay: each replay
   counts them here (RMSprop's arithmetic never reads the count; Adam's bias correction
   does, so the config refuses Adam with graphs).
+- A capture that torch refuses ends the run in one line naming this option, torch's reason
+  and the line of ours it came from; the run's state is put back first.
 - A loaded resume point gives the optimizer new tensors: `release` drops the graphs and
   the next use captures them again.
 
@@ -26,13 +28,18 @@ tests hold this module to the plain update's chain on a machine without a GPU.
 
 from __future__ import annotations
 
+import os
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from reprodqn.core.errors import InputError
 from reprodqn.dqn.device_replay import PACKED_ROWS, DeviceReplayMemory
 
+WHAT = {"loss": "update", "action": "greedy action"}  # each graph, by its output
 WARMUP_CALLS = 3  # torch's recipe: a few eager calls on a side stream before capture
 
 
@@ -120,8 +127,20 @@ class CudaGraphs:
         if changes_state:  # the update graph's own gradient buffers
             self.agent.optimizer.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            setattr(self, output, body())
+        capturing = torch.cuda.graph(graph)
+        failed: Exception | None = None
+        try:
+            with capturing:
+                try:
+                    setattr(self, output, body())
+                except Exception as error:  # kept: ending the capture raises its own error
+                    failed = error
+        except Exception as ending:
+            # torch leaves the capture's stream current when ending it raises
+            capturing.stream_ctx.__exit__(None, None, None)
+            failed = failed or ending
+        if failed is not None:
+            raise not_captured(output, failed) from failed
         return graph
 
     def _warm_up(self, body: Callable[[], torch.Tensor]) -> None:
@@ -135,6 +154,19 @@ class CudaGraphs:
             for _ in range(WARMUP_CALLS):
                 body()
         torch.cuda.current_stream(self.agent.device).wait_stream(side)
+
+
+def not_captured(output: str, error: Exception) -> InputError:
+    """One line: what could not be captured, torch's reason and where, and the way on."""
+    frames = traceback.extract_tb(error.__traceback__)
+    ours = [frame for frame in frames if f"{os.sep}torch{os.sep}" not in frame.filename]
+    where = f", at {Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else ""
+    reason = (str(error).strip().splitlines() or [""])[0]
+    return InputError(
+        f"compute.cuda_graphs: torch {torch.__version__} could not capture the {WHAT[output]} as a "
+        f"CUDA graph ({type(error).__name__}: {reason}{where}); compute.cuda_graphs=false "
+        "runs the same chain without graphs"
+    )
 
 
 def restore(agent, saved: dict[str, torch.Tensor]) -> None:
