@@ -81,6 +81,12 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
     assert "sharing the device, 2 at a time, on both paths: **the same chain**" in report
     assert "two runs: **one hash chain**, **the standard path's** (on a CPU the fast" in report
     assert "| fast | 2 |" in report and "| standard | 2 |" in report
+    # what came, check by check, with its seconds: the same results as the final record
+    partial = json.loads((out / "gpu-check.partial.json").read_text())
+    stages = ["deterministic", "gpu_group", "gpu_group_ops", "audit", "fast_path", "sharing"]
+    assert set(partial["seconds"]) == {*stages, "sharing_parted"}
+    assert all(partial[key] == found[key] for key in stages)
+    assert found["study_holds"]["capacity"] == 1_000_000  # params.yaml's, not the check's
 
 
 def gpu_result(rates: dict, sharing_parted: dict, fast_parts: bool = False) -> dict:
@@ -137,6 +143,29 @@ def test_on_a_gpu_it_recommends_the_sharing_that_pays_only_when_every_chain_hold
     )
     assert "the device replay alone: the standard chain, so the graphs differ" in graphs_differ
     assert "REPRODQN_RUNS_PER_GPU" not in graphs_differ
+    replay_fails = gpu_result({1: 190.0}, {}, fast_parts=True)
+    del replay_fails["fast_path"]["device_replay_against_standard"]
+    replay_fails["fast_path"]["device_replay_failed"] = "a training run failed (exit [1])\nlast"
+    assert "; the device replay alone failed: a training run failed (exit [1])" in report(
+        replay_fails
+    )
+
+
+def test_the_sharing_it_recommends_is_what_the_studys_replay_memory_leaves_room_for():
+    """The sweep's runs hold a short replay; a study's hold a million transitions each."""
+    from reprodqn.forensics.gpu_check import report
+
+    result = gpu_result({1: 190.0, 4: 600.0, 16: 1500.0}, {})
+    result["study_holds"] = {"capacity": 1_000_000, "standard": 13, "fast": 9}
+    text = report(result)
+    assert "with 16 runs sharing the GPU on the fast path" in text
+    assert "`REPRODQN_RUNS_PER_GPU=9` with `--set" in text
+    assert (
+        "(9, not 16: this machine's memory holds 9 of the study's runs on the fast path, " in text
+    )
+    assert "tries more" not in text
+    result["study_holds"]["fast"] = 20
+    assert "`REPRODQN_RUNS_PER_GPU=16` with" in report(result)
 
 
 def test_a_fast_path_that_fails_is_reported_and_the_standard_checks_stand(tmp_path):

@@ -74,12 +74,17 @@ def runs_per_gpu(footprint: Footprint, gpus: int) -> int:
         if not value.isdigit() or int(value) < 1:
             raise InputError(f"{RUNS_PER_GPU_ENV}={value}: expected a positive integer")
         return int(value)
-    k = PAYING_RUNS_PER_GPU
+    return max(1, min(PAYING_RUNS_PER_GPU, memory_holds(footprint, gpus)))
+
+
+def memory_holds(footprint: Footprint, gpus: int) -> int:
+    """How many such runs each of `gpus` GPUs can take before its memory, or the host's
+    shared among them, runs out."""
+    k = host_memory_bytes() // (gpus * (footprint.host_bytes + HOST_BYTES_PER_RUN))
     gpu_memory = min(gpu_memory_bytes(), default=0)
     if gpu_memory:
         k = min(k, gpu_memory // (footprint.gpu_bytes + GPU_BYTES_PER_RUN))
-    k = min(k, host_memory_bytes() // (gpus * (footprint.host_bytes + HOST_BYTES_PER_RUN)))
-    return max(1, k)
+    return k
 
 
 def host_memory_bytes() -> int:

@@ -9,7 +9,9 @@ must give the deterministic pair's chain (sharing is a launch setting); a short 
 the GPU, driver, CUDA and cuDNN. Every run is a `reprodqn train` process of its own, at a
 short scale of the study's real network and batch. With no GPU it says so in one line and
 exits 3; `--device cpu` rehearses the same checks on the CPU, where the gpu group emulates
-its kernels (compute.cpu_reduction_order) and the fast path is the device replay alone."""
+its kernels (compute.cpu_reduction_order) and the fast path is the device replay alone.
+Each check's result goes into gpu-check.partial.json as it comes, with its seconds, so a
+check cut off by a time limit leaves what it had measured."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from reprodqn.core import workspace
+from reprodqn.core import workers, workspace
 from reprodqn.core.atomic import write_json, write_text
 from reprodqn.core.errors import InputError
 from reprodqn.forensics import gpu_sharing
@@ -140,10 +142,29 @@ def fast_path(
     }
     if found["against_standard"] != NEVER and len(extra) > 1:
         replay_dir = out / "device-replay-runs"
-        launch([("deterministic", 0)], params, [*settings, extra[0]], replay_dir, log)
+        try:
+            launch([("deterministic", 0)], params, [*settings, extra[0]], replay_dir, log)
+        except InputError as error:
+            found["device_replay_failed"] = gpu_sharing.failure(error, log)
+            return found
         alone = workspace.read_hashes(workspace.run_dir(replay_dir, "deterministic", 0))
         found["device_replay_against_standard"] = first_parting(standard, alone)
     return found
+
+
+def study_holds(params: Path, overrides: list[str]) -> dict:
+    """How many of the study's own runs (its replay capacity, not this check's short one)
+    this machine's memory holds on one GPU, on each path: the most a study can share."""
+    from reprodqn.config.params import load_params
+    from reprodqn.dqn.replay import replay_bytes
+
+    study = load_params(params, overrides)
+    size = replay_bytes(study.replay.capacity, study.env.screen_size)
+    return {
+        "capacity": study.replay.capacity,
+        "standard": workers.memory_holds(workers.Footprint(host_bytes=size), 1),
+        "fast": workers.memory_holds(workers.Footprint(gpu_bytes=size), 1),
+    }
 
 
 def check(
@@ -164,6 +185,15 @@ def check(
     out.mkdir(parents=True, exist_ok=True)
     log = out / "train.log"
     settings = [*scale(steps), f"compute.device={device}", *overrides]
+    result: dict = {
+        "device": device,
+        "gpu": provenance.gpu_info(),
+        "torch": torch.__version__,
+        "steps": steps,
+        "settings": settings,
+        "study_holds": study_holds(params, overrides),
+    }
+    stage = Stages(out / "gpu-check.partial.json", result)
     chains = {}
     for group in ("deterministic", "gpu"):
         runs_dir = out / "runs"
@@ -171,7 +201,9 @@ def check(
         chains[group] = [
             workspace.read_hashes(workspace.run_dir(runs_dir, group, run)) for run in (0, 1)
         ]
-    ops = op_parting(params, settings, out, log)
+        key = {"deterministic": "deterministic", "gpu": "gpu_group"}[group]
+        stage.done(key, first_parting(*chains[group]))
+    stage.done("gpu_group_ops", op_parting(params, settings, out, log))
     study = load_params(params, settings)
     audited = audit.audit(
         resolve_run(study, "deterministic", 0),
@@ -179,27 +211,33 @@ def check(
         out / workspace.AUDIT,
         out / "audit-scratch",
     )
-    fast = fast_path(params, settings, device, chains["deterministic"][0], out, log)
+    stage.done("audit", audit.summary(audited))
+    alone = chains["deterministic"][0]
+    stage.done("fast_path", fast_path(params, settings, device, alone, out, log))
     swept = gpu_sharing.sweep(launch, params, settings, device, sharing, out, log)
-    sharing_parted = parted_from(chains["deterministic"][0], swept["chains"])
-    result = {
-        "device": device,
-        "gpu": provenance.gpu_info(),
-        "torch": torch.__version__,
-        "steps": steps,
-        "settings": settings,
-        "deterministic": first_parting(*chains["deterministic"]),
-        "fast_path": fast,
-        "gpu_group": first_parting(*chains["gpu"]),
-        "gpu_group_ops": ops,
-        "audit": audit.summary(audited),
-        "sharing": swept["rates"],
-        "sharing_parted": sharing_parted,
-    }
+    stage.done("sharing", swept["rates"])
+    stage.done("sharing_parted", parted_from(alone, swept["chains"]))
     result["replicable"] = replicable(result)
     write_json(out / "gpu-check.json", result)
     write_text(out / "gpu-check.md", report(result))
     return result
+
+
+class Stages:
+    """Each check's result as it comes, kept in a partial record with the seconds it took:
+    a check cut off by a time limit leaves what it had measured."""
+
+    def __init__(self, path: Path, result: dict):
+        self.path, self.result, self.since = path, result, time.perf_counter()
+        result["seconds"] = {}
+
+    def done(self, key: str, value) -> None:
+        now = time.perf_counter()
+        self.result[key] = value
+        self.result["seconds"][key] = round(now - self.since, 1)
+        self.since = now
+        write_json(self.path, self.result)
+        print(f"gpu-check: {key} done in {self.result['seconds'][key]:.0f} s", file=sys.stderr)
 
 
 def replicable(result: dict) -> bool:
@@ -241,20 +279,29 @@ def _throughput_lines(result: dict) -> list[str]:
     if result["device"] == "cuda" and result["replicable"]:
         path, k, rate = gpu_sharing.best_sharing(rates)
         tried = max(int(k) for by_k in rates.values() for k in gpu_sharing.measured(by_k))
+        holds = result.get("study_holds", {})
+        advised = min(k, holds.get(path, k))
         lines += [
             "",
             f"Most agent steps per second: {rate:.0f} in all, with {k} runs sharing the GPU "
-            f"on the {path} path. For a study, `REPRODQN_RUNS_PER_GPU={k}`"
+            f"on the {path} path. For a study, `REPRODQN_RUNS_PER_GPU={advised}`"
             + (
                 f" with `{' '.join('--set ' + s for s in gpu_sharing.FAST['cuda'])}`"
                 if path == "fast"
+                else ""
+            )
+            + (
+                f" ({advised}, not {k}: this machine's memory holds {advised} of the study's "
+                f"runs on the {path} path, each with a replay of "
+                f"{holds['capacity']:,} transitions)"
+                if advised < k
                 else ""
             )
             + " (the default is the most that pay, as far as the GPU's and the host's memory "
             "hold). It is a launch setting: each run's chain is the same however many share."
             + (
                 f" {k} is the most this check tried: `--sharing {k} {2 * k}` tries more."
-                if k == tried
+                if k == tried and advised == k
                 else ""
             ),
         ]
@@ -274,6 +321,8 @@ def _fast_line(result: dict) -> str:
         if fast["against_standard"] == NEVER
         else f"but against the standard path's they {_parted(fast['against_standard'], steps)}"
     )
+    if "device_replay_failed" in fast:
+        line += "; the device replay alone failed: " + fast["device_replay_failed"].splitlines()[0]
     if "device_replay_against_standard" in fast:
         alone = fast["device_replay_against_standard"]
         line += "; the device replay alone: " + (
