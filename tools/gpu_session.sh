@@ -16,8 +16,11 @@
 # (the machine stays warm between them):
 #   run(command="bash tools/gpu_session.sh check", carry=[".whl", ".cleanrl"], timeout_s=450)
 #   run(command="bash tools/gpu_session.sh bench", carry=[".whl", ".cleanrl"], timeout_s=210)
-# What comes back: gpu-check.md/.json (check); profile.txt, throughput.txt/.json (bench);
-# session.log and nvidia-smi.txt (both).
+# What comes back (at most 8 files a call): each step's whole output (STEP.log),
+# session.log and nvidia-smi.txt; gpu-check.md and .json (or, if cut off, its partial
+# record) and gpu-check-train.log (check); throughput.json and throughput-train.log (bench).
+# Each part starts from empty directories: a rerun on the warm machine must not find the
+# last call's finished runs (a finished run returns at once).
 set -uo pipefail
 part=${1:?"which part: check or bench"}
 OUT=${OUT:-build/gpu-session}
@@ -25,27 +28,34 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 PYTHONHASHSEED=0
+export TORCH_SHOW_CPP_STACKTRACES=1  # a refused capture names the op, not only the error
+rm -rf /tmp/gpu-check /tmp/throughput
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
 log="$OUT/session.log"
-step() {  # step SECONDS NAME COMMAND...: run it, time it, keep its exit status in the log
+step() {  # step SECONDS NAME COMMAND...: run it, time it, its whole output in NAME.log
   local limit=$1 name=$2
   shift 2
   local start=$SECONDS
   echo "== $name (limit ${limit}s)" | tee -a "$log"
-  timeout "$limit" "$@" 2>&1 | tail -n 60 >>"$log"
-  echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s" | tee -a "$log"
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local code=$?
+  tail -n 30 "$OUT/$name.log" >>"$log"
+  echo "== $name: exit $code after $((SECONDS - start)) s" | tee -a "$log"
 }
 if [ "$part" = check ]; then
   step 45 capture-probe python3 bench/capture_probe.py --updates 50
   step 380 gpu-check python3 -m reprodqn.cli gpu-check --params params.yaml \
     --out /tmp/gpu-check --steps 2400 --sharing 1 4 8 16
-  cp /tmp/gpu-check/gpu-check.md /tmp/gpu-check/gpu-check.json "$OUT/" 2>/dev/null
+  cp /tmp/gpu-check/gpu-check.md /tmp/gpu-check/gpu-check.json "$OUT/" 2>/dev/null ||
+    cp /tmp/gpu-check/gpu-check.partial.json "$OUT/" 2>/dev/null
+  cp /tmp/gpu-check/train.log "$OUT/gpu-check-train.log" 2>/dev/null
   cat "$OUT/gpu-check.md" 2>/dev/null
 fi
 if [ "$part" = bench ]; then
-  step 60 profile sh -c "python3 bench/gpu_profile.py --steps 300 >'$OUT/profile.txt' 2>&1"
-  step 130 throughput sh -c "python3 bench/gpu_throughput.py --sharing 1 --steps 3000 \
-    --out /tmp/throughput --cleanrl .cleanrl --cleanrl-python python3 >'$OUT/throughput.txt' 2>&1"
+  step 60 profile python3 bench/gpu_profile.py --steps 300
+  step 130 throughput python3 bench/gpu_throughput.py --sharing 1 --steps 3000 \
+    --out /tmp/throughput --cleanrl .cleanrl --cleanrl-python python3
   cp /tmp/throughput/gpu-throughput.json "$OUT/throughput.json" 2>/dev/null
-  tail -n 20 "$OUT/throughput.txt" 2>/dev/null
+  cp /tmp/throughput/train.log "$OUT/throughput-train.log" 2>/dev/null
+  tail -n 20 "$OUT/throughput.log" 2>/dev/null
 fi
