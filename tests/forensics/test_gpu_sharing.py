@@ -40,18 +40,37 @@ def test_a_path_that_fails_keeps_the_others_figures_and_its_reason(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("RuntimeError: operation not permitted when stream is capturing\n")
 
+    launched, progress = [], []
+
     def launch(runs, params, overrides, runs_dir, log_path):
+        launched.append((runs_dir.parent.name, len(runs)))
         if "compute.replay_on_device=true" in overrides and len(runs) > 1:
             raise InputError("gpu-check: a training run failed (exit [1, 1])")
         for group, run in runs:
             write_run(workspace.run_dir(runs_dir, group, run), RECORDS)
         return 2.0
 
-    swept = gpu_sharing.sweep(launch, tmp_path / "params.yaml", [], "cpu", [1, 2], tmp_path, log)
+    swept = gpu_sharing.sweep(
+        launch,
+        tmp_path / "params.yaml",
+        [],
+        "cpu",
+        [1, 2, 4],
+        tmp_path,
+        log,
+        lambda rates: progress.append({path: sorted(by_k) for path, by_k in rates.items()}),
+    )
+    # both paths at each K before the next; the failed path is not tried again
+    assert launched == [("standard", 1), ("fast", 1), ("standard", 2), ("fast", 2), ("standard", 4)]
+    assert progress == [
+        {"standard": ["1"], "fast": ["1"]},
+        {"standard": ["1", "2"], "fast": ["1", "failed"]},
+        {"standard": ["1", "2", "4"], "fast": ["1", "failed"]},
+    ]
     assert swept["rates"]["standard"]["2"]["annealed"] == pytest.approx(400.0)
     assert swept["rates"]["standard"]["2"]["whole_runs"] == pytest.approx(600.0)
     fast = swept["rates"]["fast"]
     assert set(fast) == {"1", "failed"} and "stream is capturing" in fast["failed"]
     table = "\n".join(gpu_sharing.table(swept["rates"]))
     assert "| fast | failed: gpu-check: a training run failed (exit [1, 1]) |" in table
-    assert gpu_sharing.best_sharing(swept["rates"]) == ("standard", 2, pytest.approx(400.0))
+    assert gpu_sharing.best_sharing(swept["rates"]) == ("standard", 4, pytest.approx(800.0))

@@ -214,7 +214,16 @@ def check(
     stage.done("audit", audit.summary(audited))
     alone = chains["deterministic"][0]
     stage.done("fast_path", fast_path(params, settings, device, alone, out, log))
-    swept = gpu_sharing.sweep(launch, params, settings, device, sharing, out, log)
+    swept = gpu_sharing.sweep(
+        launch,
+        params,
+        settings,
+        device,
+        sharing,
+        out,
+        log,
+        lambda rates: stage.note("sharing", rates),
+    )
     stage.done("sharing", swept["rates"])
     stage.done("sharing_parted", parted_from(alone, swept["chains"]))
     result["replicable"] = replicable(result)
@@ -230,6 +239,11 @@ class Stages:
     def __init__(self, path: Path, result: dict):
         self.path, self.result, self.since = path, result, time.perf_counter()
         result["seconds"] = {}
+
+    def note(self, key: str, value) -> None:
+        """A check's result so far, kept while it goes on."""
+        self.result[key] = value
+        write_json(self.path, self.result)
 
     def done(self, key: str, value) -> None:
         now = time.perf_counter()

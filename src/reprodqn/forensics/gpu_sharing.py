@@ -8,6 +8,7 @@ bench/gpu_throughput.py measures at length."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,28 +48,42 @@ def annealed_rate(run_dir: Path) -> float | None:
 
 
 def sweep(
-    launch, params: Path, settings: list[str], device: str, sharing: list[int], out: Path, log: Path
+    launch,
+    params: Path,
+    settings: list[str],
+    device: str,
+    sharing: list[int],
+    out: Path,
+    log: Path,
+    progress: Callable[[dict], None] | None = None,
 ) -> dict:
     """K runs of the deterministic group's seeds at once, for each K and path, by
     `launch(runs, params, overrides, runs_dir, log) -> seconds`; their chains go under
-    "chains" ({path: {k: [chain per run]}}) for the caller to compare."""
-    rates: dict[str, dict[str, Any]] = {}
-    chains: dict[str, dict[str, list]] = {}
-    for path, extra in paths(device).items():
-        rates[path], chains[path] = {}, {}
-        try:
-            _sweep_path(
-                launch,
-                params,
-                [*settings, *extra],
-                sharing,
-                out / path,
-                log,
-                rates[path],
-                chains[path],
-            )
-        except InputError as error:  # what it measured, and the other path's, still count
-            rates[path]["failed"] = failure(error, log)
+    "chains" ({path: {k: [chain per run]}}) for the caller to compare. Both paths at one K
+    before the next K, so that a sweep cut short has compared them as far as it went;
+    `progress(rates)` after each K. A path that fails is tried no further; its reason is
+    kept, and the other path goes on."""
+    rates: dict[str, dict[str, Any]] = {path: {} for path in paths(device)}
+    chains: dict[str, dict[str, list]] = {path: {} for path in paths(device)}
+    for k in sharing:
+        for path, extra in paths(device).items():
+            if "failed" in rates[path]:
+                continue
+            runs_dir = out / path / f"sharing-{k}"
+            try:
+                seconds = launch(
+                    [("deterministic", i) for i in range(k)],
+                    params,
+                    [*settings, *extra],
+                    runs_dir,
+                    log,
+                )
+            except InputError as error:  # what it measured, and the other path's, still count
+                rates[path]["failed"] = failure(error, log)
+                continue
+            rates[path][str(k)], chains[path][str(k)] = _measured_runs(runs_dir, k, seconds)
+        if progress is not None:
+            progress(rates)
     return {"rates": rates, "chains": chains}
 
 
@@ -78,19 +93,17 @@ def failure(error: Exception, log: Path, lines: int = 12) -> str:
     return "\n".join([str(error), *tail])
 
 
-def _sweep_path(launch, params, overrides, sharing, out, log, rates, chains) -> None:
-    for k in sharing:
-        runs_dir = out / f"sharing-{k}"
-        seconds = launch([("deterministic", i) for i in range(k)], params, overrides, runs_dir, log)
-        dirs = [workspace.run_dir(runs_dir, "deterministic", i) for i in range(k)]
-        per_run = [annealed_rate(d) for d in dirs]
-        steps = workspace.read_hashes(dirs[0])[-1]["step"]
-        rates[str(k)] = {
-            "whole_runs": k * steps / seconds,
-            "annealed": sum(r for r in per_run if r) if all(per_run) else None,
-            "annealed_per_run": per_run,
-        }
-        chains[str(k)] = [workspace.read_hashes(d) for d in dirs]
+def _measured_runs(runs_dir: Path, k: int, seconds: float) -> tuple[dict, list]:
+    """K runs' rates (whole runs; after annealing, in all and each) and their chains."""
+    dirs = [workspace.run_dir(runs_dir, "deterministic", i) for i in range(k)]
+    per_run = [annealed_rate(d) for d in dirs]
+    steps = workspace.read_hashes(dirs[0])[-1]["step"]
+    rates = {
+        "whole_runs": k * steps / seconds,
+        "annealed": sum(r for r in per_run if r) if all(per_run) else None,
+        "annealed_per_run": per_run,
+    }
+    return rates, [workspace.read_hashes(d) for d in dirs]
 
 
 def measured(by_k: dict) -> dict[str, dict]:
