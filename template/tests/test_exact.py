@@ -39,7 +39,8 @@ def train(out: Path, params_file: Path, wait: bool = True):
 
 def verify(a: Path, b: Path) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "reprodqn.cli", "verify", str(a), str(b)]
-    return subprocess.run(command, capture_output=True, text=True, cwd=a.parent)
+    # from the study's root, beside its own params.yaml, as its README runs it
+    return subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
 
 
 def test_two_runs_give_one_chain(tmp_path):

@@ -151,6 +151,8 @@ def test_verify_compares_any_two_result_folders(tmp_path):
         chains.summary(chains.compare(tmp_path / "a", tmp_path / "d"))
     )
     cli = [sys.executable, "-m", "reprodqn.cli", "verify"]
+    # run where a study of one's own keeps its own params.yaml (the template's), not ours
+    (tmp_path / "params.yaml").write_text("train:\n  batch_size: 32\n  learning_rate: 0.001\n")
     same = subprocess.run(
         [*cli, "a", "b"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
     )

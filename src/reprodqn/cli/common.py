@@ -38,8 +38,13 @@ def resolve_params_path(args) -> None:
     an unpacked bundle: verify --reference, trace --resume of a shipped resume point) takes
     the reference's own params.yaml, so a reader can run it from any directory; else
     ./params.yaml; where there is none, the package's own for a command that needs no
-    workspace, and a one-line error naming `reprodqn init` for one that does."""
+    workspace, and a one-line error naming `reprodqn init` for one that does. `verify A B`
+    takes the package's own: its folders come from any script that keeps reprodqn.exact's
+    chain, run beside a params.yaml of that script's own."""
     if not hasattr(args, "params") or args.params is not None:
+        return
+    if getattr(args, "folders", None):
+        args.params = packaged.default_params()
         return
     candidates = []
     if getattr(args, "reference", None) is not None:
