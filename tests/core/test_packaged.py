@@ -44,6 +44,13 @@ def test_the_default_start_sequences_come_from_the_package_where_this_directory_
         packaged.authors_start_sequences()
     )
     assert packaged.start_sequences("mine.json") == Path("mine.json")  # never guessed
+    # another game's, made by the paper's method, as params name it in a workspace
+    assert packaged.start_sequences("start_sequences/pong.json") == (
+        packaged.game_start_sequences("pong")
+    )
+    assert packaged.start_sequences("start_sequences/boxing.json") == Path(
+        "start_sequences/boxing.json"
+    )  # not carried: its own missing-file error, naming it
     own = tmp_path / packaged.DEFAULT_START_SEQUENCES
     own.parent.mkdir()
     own.write_text("{}")

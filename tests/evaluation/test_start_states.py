@@ -248,7 +248,8 @@ def test_another_games_candidates_draw_its_own_minimal_actions_and_stay_its_own(
         InputError, match="start states of 'pong', but env.game is 'breakout'"
     ) as refused:
         start_states.check_game(doc, path, "breakout")
-    assert str(packaged.authors_start_sequences()) in str(refused.value)  # the remedy named
+    # the remedy, as params name it (not a path into this installation)
+    assert f"evaluation.start_sequences: {packaged.DEFAULT_START_SEQUENCES}," in str(refused.value)
     selected = start_states.select(
         pong, np.arange(50.0), small.model_copy(update={"top_k": 20, "selected": 5}), "r", "c",
         tmp_path,

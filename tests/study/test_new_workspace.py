@@ -85,3 +85,21 @@ def test_a_ranker_checkpoint_that_is_not_there_is_refused_before_any_stage(tmp_p
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "ranker.checkpoint: ranker/none.safetensors: no such weights file" in done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_study_of_another_game_gets_its_start_states_and_is_refused_anothers_before_training(
+    tmp_path,
+):
+    """The workspace holds every game's start states the package carries, so params can
+    name them; a study of Pong left with Breakout's default is refused before it trains."""
+    new_workspace.init(tmp_path)
+    assert (tmp_path / "start_sequences" / "pong.json").read_bytes() == (
+        ROOT / "start_sequences" / "pong.json"
+    ).read_bytes()
+    done = reprodqn(tmp_path, "study", "train", "--set", "env.game=pong")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "start_sequences/authors.json: start states of 'breakout', but env.game is 'pong'" in (
+        done.stderr
+    )
+    assert "evaluation.start_sequences: start_sequences/pong.json," in done.stderr
+    assert not (tmp_path / "runs").exists()

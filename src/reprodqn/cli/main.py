@@ -155,6 +155,7 @@ def cmd_study(args) -> int:
 
     from reprodqn.config.params import resolve_run
     from reprodqn.core.workers import Footprint, cores_per_training_job
+    from reprodqn.evaluation import start_states
     from reprodqn.study import stages
 
     params = _load(args)
@@ -165,6 +166,7 @@ def cmd_study(args) -> int:
     cores = params.compute.threads
     footprint = Footprint()
     if args.stage == "train":  # lockstep runs' game workers count too (REPRODQN_ACTOR_WORKERS)
+        start_states.check_before_training(params.evaluation, params.env.game)
         configs = [resolve_run(params, g, r) for g, r in params.study.run_ids()]
         cores = cores_per_training_job(cores, max(config.train.actors for config in configs))
         footprint = stages.training_footprint(configs)

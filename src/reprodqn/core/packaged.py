@@ -48,23 +48,37 @@ def authors_start_sequences() -> Path:
     return data_path("start_sequences", "authors.json")
 
 
-def game_start_sequences(game: str) -> Path | None:
-    """The start states the package carries for a game: the authors' for Breakout, those
-    made by the paper's method for another (start_sequences/GAME.json); None otherwise."""
+def game_start_sequences_name(game: str) -> str | None:
+    """How params name the start states the package carries for a game, as a workspace
+    holds them: the authors' for Breakout, those made by the paper's method for another
+    (start_sequences/GAME.json); None for a game it carries none for."""
     if game == "breakout":
-        return authors_start_sequences()
-    path = _data("start_sequences", f"{game}.json")
-    return path if path.is_file() else None
+        return DEFAULT_START_SEQUENCES
+    name = f"start_sequences/{game}.json"
+    return name if _data(*name.split("/")).is_file() else None
+
+
+def game_start_sequences(game: str) -> Path | None:
+    """The package's own copy of a game's start states (game_start_sequences_name)."""
+    name = game_start_sequences_name(game)
+    return data_path(*name.split("/")) if name else None
+
+
+def carried_start_sequences() -> list[str]:
+    """Every start-sequence file the package carries, as params name them."""
+    return sorted(
+        f"start_sequences/{path.name}" for path in _data("start_sequences").glob("*.json")
+    )
 
 
 def start_sequences(name: str | Path) -> Path:
     """A start-sequence file as params or a flag name it: the file itself if it exists
-    here; the package's copy of the authors' states when the default names a file this
-    directory lacks (evaluating from any directory)."""
+    here; else, for a file the package carries (the authors' states, or another game's
+    start_sequences/GAME.json), the package's copy (evaluating from any directory)."""
     path = Path(name)
-    if path.exists() or path.as_posix() != DEFAULT_START_SEQUENCES:
+    if path.exists() or path.as_posix() not in carried_start_sequences():
         return path
-    return authors_start_sequences()
+    return data_path(*path.as_posix().split("/"))
 
 
 def version() -> str:

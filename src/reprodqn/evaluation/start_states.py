@@ -160,7 +160,7 @@ def check_sequence(sequence, where: str, action_set: tuple[int, ...] = BREAKOUT_
 def check_game(doc: dict, path: Path, game: str) -> None:
     """Start states are a game's own: replayed on another game they mean nothing."""
     if doc.get("game", "breakout") != game:
-        shipped = packaged.game_start_sequences(game)
+        shipped = packaged.game_start_sequences_name(game)
         remedy = (
             f"the package's for {game}: evaluation.start_sequences: {shipped}"
             if shipped
@@ -170,6 +170,16 @@ def check_game(doc: dict, path: Path, game: str) -> None:
             f"{path}: start states of {doc.get('game')!r}, but env.game is {game!r} "
             f"(evaluate with {remedy}, or with evaluation.start_sequences: none)"
         )
+
+
+def check_before_training(evaluation, game: str) -> None:
+    """The evaluation's start states, where they exist already, are the game's own: a
+    study of Pong left with Breakout's default would otherwise train for days before its
+    evaluation refused them. A file not made yet (the select stage's) is checked then."""
+    chosen = str(evaluation.start_sequences)
+    path = packaged.start_sequences(chosen)
+    if chosen != NONE and path.is_file():
+        check_game(load(path), path, game)
 
 
 # ---------------------------------------------------------------------------------------------

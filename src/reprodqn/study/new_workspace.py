@@ -28,6 +28,11 @@ COPIED = (
     (("start_sequences", "authors.json"), "start_sequences/authors.json"),
     (("start_sequences", "authors-LICENSE.md"), "start_sequences/authors-LICENSE.md"),
     (("start_sequences", "authors-initstates.txt"), "start_sequences/authors-initstates.txt"),
+    *(  # other games' start states, made by the paper's method: start_sequences/GAME.json
+        ((*name.split("/"),), name)
+        for name in packaged.carried_start_sequences()
+        if name != packaged.DEFAULT_START_SEQUENCES
+    ),
 )
 # named pipeline.yaml in the package: a file called dvc.yaml anywhere in a workspace (its
 # copy of src/ included) is a pipeline to DVC
