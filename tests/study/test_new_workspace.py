@@ -103,3 +103,11 @@ def test_a_study_of_another_game_gets_its_start_states_and_is_refused_anothers_b
     )
     assert "evaluation.start_sequences: start_sequences/pong.json," in done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_report_with_nothing_evaluated_says_so_and_writes_nothing(tmp_path):
+    new_workspace.init(tmp_path)
+    done = reprodqn(tmp_path, "report")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "evaluations: no evaluated run of this study's groups there" in done.stderr
+    assert not (tmp_path / "reports").exists()

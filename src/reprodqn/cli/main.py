@@ -200,6 +200,7 @@ def cmd_report(args) -> int:
 
     params = _load(args)
     study = study_records.load_study(args.root, params.study)
+    study_records.require_evaluated(study, args.root)
     audit_path = args.root / workspace.RESULTS / workspace.AUDIT
     audit = read_json(audit_path, "audit record") if audit_path.exists() else None
     algorithm = algorithm_name(params)

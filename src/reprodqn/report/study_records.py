@@ -7,6 +7,7 @@ from pathlib import Path
 
 from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
+from reprodqn.core.errors import InputError
 from reprodqn.evaluation import blindness
 from reprodqn.report.analysis import RunResult
 
@@ -42,3 +43,13 @@ def load_study(root: Path, study) -> dict[str, list[RunResult]]:
         ]
         for g in study.studied_groups()
     }
+
+
+def require_evaluated(runs: dict[str, list[RunResult]], root: Path) -> None:
+    """A report needs scores: with none, one line saying where they were looked for."""
+    if not any(result.scores for results in runs.values() for result in results):
+        raise InputError(
+            f"{Path(root) / workspace.EVALUATIONS}: no evaluated run of this study's groups "
+            "there (evaluations/GROUP/RUN); `reprodqn study evaluate` makes them, or --root "
+            "names a study that has them"
+        )
