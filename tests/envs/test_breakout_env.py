@@ -46,6 +46,38 @@ def test_both_libraries_env_checkers_pass_without_warnings(mode):
     assert gym.make(f"reprodqn.envs.breakout:{breakout.ENV_ID}").spec.id == breakout.ENV_ID
 
 
+@pytest.mark.parametrize("mode", breakout.MODES)
+def test_rgb_array_renders_the_screen_and_leaves_the_game_as_it_was(mode):
+    """What RecordVideo needs: the emulator's screen, every step; a rendered run plays the
+    same frames and rewards as one never rendered."""
+    plain = gym.make(breakout.ENV_ID, mode=mode, max_frames=CAP)
+    rendered = gym.make(breakout.ENV_ID, mode=mode, max_frames=CAP, render_mode="rgb_array")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(rendered.unwrapped)
+    observations = []
+    for env in (plain, rendered):
+        observation, _ = env.reset(seed=3)
+        seen, screens = [(observation, 0.0)], []
+        for step in range(120):  # FIRE and moves, as the screen tells: the game goes on
+            action = (policy(observation) + step) % 4
+            observation, reward, terminated, truncated, _ = env.step(action)
+            seen.append((observation, reward))
+            if env.render_mode:
+                screens.append(env.render())
+            if terminated or truncated:
+                observation, _ = env.reset()
+        observations.append(seen)
+    assert plain.render() is None
+    assert all(
+        np.array_equal(a[0], b[0]) and a[1:] == b[1:] for a, b in zip(*observations, strict=True)
+    )
+    assert screens[0].shape == (210, 160, 3) and screens[0].dtype == np.uint8
+    assert len({screen.tobytes() for screen in screens}) > 10  # the game moves on screen
+    with pytest.raises(InputError, match="render_mode 'human': expected 'rgb_array' or None"):
+        breakout.BreakoutEnv(render_mode="human")
+
+
 @pytest.mark.parametrize("sticky_p", [0.0, 0.25], ids=["start-states", "sticky"])
 def test_eval_mode_plays_the_evaluators_episodes(sticky_p):
     net = build_q_network("nips", 4, 4, 84, torch.Generator().manual_seed(5))

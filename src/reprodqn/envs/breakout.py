@@ -63,9 +63,12 @@ class BreakoutEnv(gym.Env):
         sticky_seed_start: eval mode: episode k's own seed is sticky_seed_start + k.
         episode_stride: eval mode: a plain reset plays the episode this far after the last.
         env_config: any other env params (params.yaml's env section) by name.
+        render_mode: "rgb_array": render() gives the emulator's screen as it is now (210 x
+            160 x 3 uint8 for most games), read without touching the game, so a recorded
+            run (gymnasium.wrappers.RecordVideo) keeps its chain.
     """
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 15}  # 60 frames/s, skip 4
 
     def __init__(
         self,
@@ -79,11 +82,15 @@ class BreakoutEnv(gym.Env):
         sticky_seed_start: int = 0,
         episode_stride: int = 1,
         env_config: dict | None = None,
+        render_mode: str | None = None,
     ):
         if mode not in MODES:
             raise InputError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
         if generator not in FAMILIES:
             raise InputError(f"generator {generator!r}: expected one of {', '.join(FAMILIES)}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise InputError(f"render_mode {render_mode!r}: expected 'rgb_array' or None")
+        self.render_mode = render_mode
         if episode_stride < 1:
             raise InputError(f"episode_stride {episode_stride}: expected a positive integer")
         changes = {"game": game, **(env_config or {})}
@@ -164,6 +171,12 @@ class BreakoutEnv(gym.Env):
             raise InputError("step() before reset(): an eval episode starts at reset")
         reward, over, capped = self._episode.step(int(action))
         return (self.history.frames.copy(), float(reward), over, capped, _eval_info(self._episode))
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode is None:
+            return None
+        emulator = self._game.emulator if self.mode == "train" else self._emulator
+        return emulator.ale.getScreenRGB()
 
     # -- train mode --------------------------------------------------------------------------
     def get_state(self) -> dict:
