@@ -270,3 +270,12 @@ def test_params_yaml_departs_from_no_default_of_the_models(tmp_path):
     changed = tmp_path / "params.yaml"
     changed.write_text(PARAMS.read_text().replace("  steps: 20000000 ", "  steps: 10000000 ", 1))
     assert [d["key"] for d in departures(load_params(changed))] == ["train.steps"]
+
+
+def test_a_check_across_fields_is_blamed_on_the_override_it_names():
+    with pytest.raises(InputError) as refused:
+        load_params(PARAMS, ["evaluation.episodes=200"])
+    assert str(refused.value) == (
+        "--set evaluation.episodes=200: evaluation.episodes (200) exceeds "
+        "start_states.selected (100)"
+    )

@@ -92,6 +92,24 @@ def test_no_record_needed_for_a_line_within_15_seconds():
     assert first <= 15.0 and "7.0 steps/s" in out.getvalue()
 
 
+def test_the_last_step_is_one_line_though_two_events_reach_it():
+    """The loop's last step yields its process record, then its step event: one line, with
+    the record's loss and epsilon."""
+    clock, out = Clock(), io.StringIO()
+
+    def events():
+        yield Started(step=0, total=200, resumed=False, learning_starts=0)
+        for step in (100, 200):
+            clock.now += 10
+            yield ProcessRecord(step, {"loss": 0.5, "epsilon": 0.1})
+            yield Stepped(step)
+        yield Finished(200)
+
+    report_training(events(), "train g/0", clock=clock, stream=out)
+    last = [line for line in out.getvalue().splitlines() if line.startswith("train g/0: 200/200")]
+    assert len(last) == 1 and "loss 0.5000, epsilon 0.100" in last[0]
+
+
 def test_study_line_per_run_and_overall(tmp_path):
     clock, out = Clock(), io.StringIO()
     records = {

@@ -233,6 +233,12 @@ def test_bad_input_is_one_line(tmp_path):
         env.reset(options={"episode": 100})
     with pytest.raises(InputError, match="missing.json"):
         breakout.BreakoutEnv(mode="eval", start_sequences=tmp_path / "missing.json")
-    with pytest.raises(InputError, match="env_config: sticky_p"):
+    with pytest.raises(InputError, match=r"^env: sticky_p: input should be less than 1, got 2$"):
         breakout.BreakoutEnv(env_config={"sticky_p": 2})
+    with pytest.raises(InputError) as unknown:  # said as params.yaml's are: no pydantic tail
+        breakout.BreakoutEnv(game="SpaceInvaders")
+    assert str(unknown.value) == (
+        "env: game: expected one of the 104 games the installed ale-py ships (nearest: "
+        "space_invaders), got 'SpaceInvaders'"
+    )
     assert start_states.load(packaged.authors_start_sequences())["count"] == 100

@@ -111,3 +111,9 @@ def test_a_report_with_nothing_evaluated_says_so_and_writes_nothing(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "evaluations: no evaluated run of this study's groups there" in done.stderr
     assert not (tmp_path / "reports").exists()
+
+
+def test_zero_workers_is_refused_not_read_as_the_default(tmp_path):
+    done = reprodqn(tmp_path, "study", "evaluate", "--workers", "0")
+    assert done.returncode == 2
+    assert "argument --workers: expected a positive whole number, got '0'" in done.stderr

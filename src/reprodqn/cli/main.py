@@ -228,6 +228,13 @@ def cmd_report(args) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+def positive_int(text: str) -> int:
+    """argparse's type for a count of processes: 0 would silently mean the default."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)
+
+
 def _run_arguments(p, what: str) -> None:
     p.add_argument("--group", required=True, help="study group, e.g. deterministic")
     p.add_argument("--run", required=True, type=int, help="run index within the group")
@@ -239,7 +246,7 @@ def _evaluation_arguments(p) -> None:
     """What every evaluating stage takes: its worker count and start sequences."""
     p.add_argument(
         "--workers",
-        type=int,
+        type=positive_int,
         default=None,
         help="worker processes (default: $REPRODQN_WORKERS or one per core)",
     )
@@ -295,7 +302,8 @@ def _add_run_stages(sub) -> None:
         "policy",
         type=Path,
         help="a Stable-Baselines3 DQN .zip (CnnPolicy), or a "
-        "TorchScript .pt/.ts: uint8 (N, 4, 84, 84) -> (N, 4) Q-values or (N,) "
+        "TorchScript .pt/.ts: uint8 (N, 4, 84, 84) -> (N, A) Q-values (A: the game's "
+        "actions) or (N,) "
         "actions",
     )
     p.add_argument(
@@ -313,7 +321,7 @@ def _add_study_stages(sub) -> None:
     p.add_argument("stage", choices=("train", "evaluate"))
     p.add_argument(
         "--workers",
-        type=int,
+        type=positive_int,
         default=None,
         help="parallel jobs (default: $REPRODQN_WORKERS, else one per GPU or core)",
     )

@@ -107,7 +107,9 @@ def one_line(exc: ValidationError, source: str, origin: dict[str, str]) -> str:
         (
             origin[key]
             for key in sorted(origin, key=len, reverse=True)
-            if field == key or field.startswith(key + ".")
+            if field == key
+            or field.startswith(key + ".")
+            or (not field and key in first["msg"])  # a check across fields names them
         ),
         source,
     )
@@ -116,7 +118,8 @@ def one_line(exc: ValidationError, source: str, origin: dict[str, str]) -> str:
     elif first["type"] == "missing":
         message = "missing"
     else:
-        message = first["msg"][0].lower() + first["msg"][1:]
+        message = first["msg"].removeprefix("Value error, ")  # pydantic's tag for our checks
+        message = message[0].lower() + message[1:]
         if "input" in first and not isinstance(first["input"], dict):
             message += f", got {first['input']!r}"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""

@@ -92,6 +92,7 @@ class RunProgress:
         self._phase_step, self._phase_time = start, clock()
         self._last_time = self._phase_time
         self.extra = ""
+        self._ended = False
         self._emit(
             start,
             f"{self.phase} from step {start}"
@@ -118,6 +119,10 @@ class RunProgress:
             return
         if now - self._last_time < self.interval and step < self.total:
             return
+        if step >= self.total:  # the last step's record and its step event: one line
+            if self._ended:
+                return
+            self._ended = True
         elapsed = now - self._phase_time
         rate = (step - self._phase_step) / elapsed if elapsed > 0 else 0.0
         if self.phase == "filling replay":

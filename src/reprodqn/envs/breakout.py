@@ -33,7 +33,9 @@ import gymnasium as gym
 import numpy as np
 from ale_py import Action
 from gymnasium import spaces
+from pydantic import ValidationError
 
+from reprodqn.config import sources
 from reprodqn.config.games import display_name, rom_ids
 from reprodqn.config.params import EnvConfig, EvaluationConfig
 from reprodqn.core import packaged
@@ -98,8 +100,8 @@ class BreakoutEnv(gym.Env):
             changes["sticky_p"] = sticky_p
         try:
             self.config = EnvConfig(**{**EnvConfig().model_dump(), **changes})
-        except ValueError as error:  # pydantic's, one line per field
-            raise InputError("env_config: " + " ".join(str(error).splitlines()[1:3])) from None
+        except ValidationError as error:  # as params.yaml's are said: field, what, value
+            raise InputError(sources.one_line(error, "env", {})) from None
         self.mode, self.generator, self.reward_clip = mode, generator, reward_clip
         c = self.config
         self.observation_space = spaces.Box(
