@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from reprodqn.core import workers, workspace
+from reprodqn.core import workspace
 from reprodqn.core.atomic import write_json, write_text
 from reprodqn.core.errors import InputError
 from reprodqn.forensics import gpu_sharing
@@ -152,19 +152,15 @@ def fast_path(
     return found
 
 
-def study_holds(params: Path, overrides: list[str]) -> dict:
-    """How many of the study's own runs (its replay capacity, not this check's short one)
-    this machine's memory holds on one GPU, on each path: the most a study can share."""
-    from reprodqn.config.params import load_params
-    from reprodqn.dqn.replay import replay_bytes
+def require_device(device: str) -> None:
+    import torch
 
-    study = load_params(params, overrides)
-    size = replay_bytes(study.replay.capacity, study.env.screen_size)
-    return {
-        "capacity": study.replay.capacity,
-        "standard": workers.memory_holds(workers.Footprint(host_bytes=size), 1),
-        "fast": workers.memory_holds(workers.Footprint(gpu_bytes=size), 1),
-    }
+    if device == "cuda" and not torch.cuda.is_available():
+        raise NoGpu(
+            f"gpu-check: no CUDA device visible to torch {torch.__version__} (CUDA "
+            f"build: {torch.version.cuda or 'none'}); run it on a machine with an "
+            "NVIDIA GPU and its driver, or --device cpu to rehearse on the CPU"
+        )
 
 
 def check(
@@ -176,12 +172,7 @@ def check(
     from reprodqn.determinism import provenance
     from reprodqn.forensics import audit
 
-    if device == "cuda" and not torch.cuda.is_available():
-        raise NoGpu(
-            f"gpu-check: no CUDA device visible to torch {torch.__version__} (CUDA "
-            f"build: {torch.version.cuda or 'none'}); run it on a machine with an "
-            "NVIDIA GPU and its driver, or --device cpu to rehearse on the CPU"
-        )
+    require_device(device)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "train.log"
     settings = [*scale(steps), f"compute.device={device}", *overrides]
@@ -191,7 +182,7 @@ def check(
         "torch": torch.__version__,
         "steps": steps,
         "settings": settings,
-        "study_holds": study_holds(params, overrides),
+        "study_holds": gpu_sharing.study_holds(params, overrides),
     }
     stage = Stages(out / "gpu-check.partial.json", result)
     chains = {}

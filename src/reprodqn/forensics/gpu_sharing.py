@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reprodqn.core import workspace
+from reprodqn.core import workers, workspace
 from reprodqn.core.errors import InputError
 
 # the fast path on a GPU; a CPU runs its replay part (graphs need CUDA)
@@ -104,6 +104,21 @@ def _measured_runs(runs_dir: Path, k: int, seconds: float) -> tuple[dict, list]:
         "annealed_per_run": per_run,
     }
     return rates, [workspace.read_hashes(d) for d in dirs]
+
+
+def study_holds(params: Path, overrides: list[str]) -> dict:
+    """How many of the study's own runs (its replay capacity, not this check's short one)
+    this machine's memory holds on one GPU, on each path: the most a study can share."""
+    from reprodqn.config.params import load_params
+    from reprodqn.dqn.replay import replay_bytes
+
+    study = load_params(params, overrides)
+    size = replay_bytes(study.replay.capacity, study.env.screen_size)
+    return {
+        "capacity": study.replay.capacity,
+        "standard": workers.memory_holds(workers.Footprint(host_bytes=size), 1),
+        "fast": workers.memory_holds(workers.Footprint(gpu_bytes=size), 1),
+    }
 
 
 def measured(by_k: dict) -> dict[str, dict]:
