@@ -76,7 +76,9 @@ def start_sequences(name: str | Path) -> Path:
     here; else, for a file the package carries (the authors' states, or another game's
     start_sequences/GAME.json), the package's copy (evaluating from any directory)."""
     path = Path(name)
-    if path.exists() or path.as_posix() not in carried_start_sequences():
+    # the authors' listed even when gone from the install, which then says it is broken
+    carried = {DEFAULT_START_SEQUENCES, *carried_start_sequences()}
+    if path.exists() or path.as_posix() not in carried:
         return path
     return data_path(*path.as_posix().split("/"))
 
