@@ -8,7 +8,7 @@ import io
 import json
 
 from reprodqn.core.events import Finished, ProcessRecord, Started, Stepped
-from reprodqn.core.progress import StudyProgress, report_training
+from reprodqn.core.progress import StagedRecord, StudyProgress, report_training
 
 
 class Clock:
@@ -167,3 +167,22 @@ def test_study_line_per_run_and_overall(tmp_path):
     # d/1 and e/1 still need a whole run at the learning rate (300 s), e/0 100 s: 700 s of
     # work on 2 workers
     assert last.endswith("stage ETA 5m50s")
+
+
+def test_each_stage_is_kept_as_it_ends_with_its_seconds(tmp_path, capsys):
+    """What a time limit cannot take back: a stage's result and seconds once it is done,
+    and results so far while one goes on."""
+    clock, path = Clock(), tmp_path / "partial.json"
+    stages = StagedRecord(path, {"device": "cuda"}, "gpu-check", clock=clock)
+    clock.now += 42.0
+    stages.done("deterministic", {"weights": None})
+    kept = json.loads(path.read_text())
+    assert kept["deterministic"] == {"weights": None} and kept["seconds"] == {"deterministic": 42}
+    assert "gpu-check: deterministic done in 42 s" in capsys.readouterr().err
+    clock.now += 5.0
+    stages.note(sharing={"standard": {"1": {}}})
+    kept = json.loads(path.read_text())
+    assert kept["sharing"] == {"standard": {"1": {}}} and set(kept["seconds"]) == {"deterministic"}
+    clock.now += 3.0
+    stages.done("sharing", {"standard": {"1": {}, "4": {}}})
+    assert json.loads(path.read_text())["seconds"]["sharing"] == 8.0  # since the last one ended

@@ -255,3 +255,22 @@ def test_another_games_candidates_draw_its_own_minimal_actions_and_stay_its_own(
         tmp_path,
     )  # fmt: skip
     assert selected["game"] == "pong" and selected["action_set"] == pong["action_set"]
+
+
+def test_a_studys_start_states_are_checked_before_training_where_it_will_use_them():
+    from reprodqn.config.params import resolve_run
+
+    def study(*overrides: str):
+        params = load_params(PARAMS, list(overrides))
+        return params.evaluation, [resolve_run(params, g, r) for g, r in params.study.run_ids()]
+
+    with pytest.raises(InputError, match="start states of 'breakout', but env.game is 'pong'"):
+        start_states.check_before_training(*study("env.game=pong"))
+    start_states.check_before_training(*study("env.game=pong", "env.sticky_p=0.25"))  # none used
+    ours = "evaluation.start_sequences=start_sequences/pong.json"
+    start_states.check_before_training(*study("env.game=pong", ours))
+    with pytest.raises(InputError, match="start states of 'pong', but env.game is 'breakout'"):
+        start_states.check_before_training(*study(ours))
+    # a stage's own file may be remade (select) before evaluation, which checks it then
+    stages = "evaluation.start_sequences=start_sequences/selected.json"
+    start_states.check_before_training(*study("env.game=pong", stages))

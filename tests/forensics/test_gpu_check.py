@@ -168,6 +168,16 @@ def test_the_sharing_it_recommends_is_what_the_studys_replay_memory_leaves_room_
     assert "`REPRODQN_RUNS_PER_GPU=16` with" in report(result)
 
 
+def test_a_study_whose_runs_do_not_fit_gets_no_sharing_advice():
+    from reprodqn.forensics.gpu_check import report
+
+    result = gpu_result({1: 190.0, 4: 600.0}, {})
+    result["study_holds"] = {"capacity": 1_000_000, "standard": 13, "fast": 0}
+    text = report(result)
+    assert "REPRODQN_RUNS_PER_GPU" not in text
+    assert "each with a replay of 1,000,000 transitions, do not fit in this machine's" in text
+
+
 def test_a_fast_path_that_fails_is_reported_and_the_standard_checks_stand(tmp_path):
     """On a GPU where capture fails, the report says so with the run's last words; the
     standard path's figures are still given, and nothing is recommended."""

@@ -58,7 +58,9 @@ def test_a_path_that_fails_keeps_the_others_figures_and_its_reason(tmp_path):
         [1, 2, 4],
         tmp_path,
         log,
-        lambda rates: progress.append({path: sorted(by_k) for path, by_k in rates.items()}),
+        lambda so_far: progress.append(
+            {path: sorted(by_k) for path, by_k in so_far["rates"].items()}
+        ),
     )
     # both paths at each K before the next; the failed path is not tried again
     assert launched == [("standard", 1), ("fast", 1), ("standard", 2), ("fast", 2), ("standard", 4)]

@@ -123,17 +123,22 @@ class RefusedCapture:
     ending the capture raising an error of its own (torch leaves its stream current)."""
 
     active = False
+    stream_restored = False
 
     def __init__(self, graph):
-        self.stream_ctx = self
+        self.stream_ctx = CaptureStream()
 
     def __enter__(self):
         RefusedCapture.active = True
 
     def __exit__(self, *exc):
-        if RefusedCapture.active:
-            RefusedCapture.active = False
-            raise RuntimeError("operation failed due to a previous error during capture")
+        RefusedCapture.active = False
+        raise RuntimeError("operation failed due to a previous error during capture")
+
+
+class CaptureStream:
+    def __exit__(self, *exc):
+        RefusedCapture.stream_restored = True
 
 
 def test_a_capture_that_fails_says_why_and_leaves_the_run_as_it_was(tmp_path, monkeypatch):
@@ -154,6 +159,7 @@ def test_a_capture_that_fails_says_why_and_leaves_the_run_as_it_was(tmp_path, mo
     monkeypatch.setattr(torch.cuda, "graph", RefusedCapture)
     with pytest.raises(InputError) as refused:
         graphs.update(run.replay.sample_indices(8, run.streams["minibatch"]))
+    assert RefusedCapture.stream_restored  # the stream current before capture, again
     message = str(refused.value)
     assert message.startswith("compute.cuda_graphs: ") and "\n" not in message
     assert "not permitted when stream is capturing" in message and "previous error" not in message

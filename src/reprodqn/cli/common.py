@@ -54,7 +54,7 @@ def resolve_params_path(args) -> None:
     shipped = next((c for c in candidates if c.is_file()), None)
     here = Path("params.yaml")
     if shipped is None and not here.is_file():
-        if args.command not in WORKSPACE_FREE and not getattr(args, "folders", None):
+        if args.command not in WORKSPACE_FREE:
             raise InputError(
                 f"no params.yaml in {Path.cwd()}: `reprodqn {args.command}` runs in a study "
                 "workspace; make one with `reprodqn init [DIR]` (or name a file: --params)"

@@ -166,8 +166,8 @@ def cmd_study(args) -> int:
     cores = params.compute.threads
     footprint = Footprint()
     if args.stage == "train":  # lockstep runs' game workers count too (REPRODQN_ACTOR_WORKERS)
-        start_states.check_before_training(params.evaluation, params.env.game)
         configs = [resolve_run(params, g, r) for g, r in params.study.run_ids()]
+        start_states.check_before_training(params.evaluation, configs)
         cores = cores_per_training_job(cores, max(config.train.actors for config in configs))
         footprint = stages.training_footprint(configs)
     launcher = args.launcher or os.environ.get("REPRODQN_LAUNCHER", "local")

@@ -279,3 +279,32 @@ def _read_record(path: Path) -> dict | None:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
+
+
+class StagedRecord:
+    """Work in stages whose results go into one JSON record as each ends, with its seconds,
+    and a line saying so: work cut off by a time limit leaves what it had finished."""
+
+    def __init__(
+        self,
+        path: Path,
+        result: dict,
+        label: str,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.path, self.result, self.label, self.clock = path, result, label, clock
+        self.since = clock()
+        result["seconds"] = {}
+
+    def note(self, **so_far) -> None:
+        """A stage's results so far, kept while it goes on."""
+        self.result.update(so_far)
+        write_json(self.path, self.result)
+
+    def done(self, key: str, value) -> None:
+        now = self.clock()
+        seconds, self.since = now - self.since, now
+        self.result[key] = value
+        self.result["seconds"][key] = round(seconds, 1)
+        write_json(self.path, self.result)
+        print(f"{self.label}: {key} done in {seconds:.0f} s", file=sys.stderr)

@@ -28,6 +28,7 @@ tests hold this module to the plain update's chain on a machine without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import traceback
 from collections.abc import Callable
@@ -136,8 +137,10 @@ class CudaGraphs:
                 except Exception as error:  # kept: ending the capture raises its own error
                     failed = error
         except Exception as ending:
-            # torch leaves the capture's stream current when ending it raises
-            capturing.stream_ctx.__exit__(None, None, None)
+            # torch leaves the capture's stream current when ending it raises (and has set
+            # none when it failed before capture began; then this restore fails, unsaid)
+            with contextlib.suppress(Exception):
+                capturing.stream_ctx.__exit__(None, None, None)
             failed = failed or ending
         if failed is not None:
             raise not_captured(output, failed) from failed

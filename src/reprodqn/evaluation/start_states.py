@@ -172,14 +172,19 @@ def check_game(doc: dict, path: Path, game: str) -> None:
         )
 
 
-def check_before_training(evaluation, game: str) -> None:
-    """The evaluation's start states, where they exist already, are the game's own: a
-    study of Pong left with Breakout's default would otherwise train for days before its
-    evaluation refused them. A file not made yet (the select stage's) is checked then."""
+def check_before_training(evaluation, configs) -> None:
+    """A study's evaluation states, where they are a file the package carries (Breakout's
+    default, another game's start_sequences/GAME.json), are its game's own for every run
+    that evaluates from start states (not sticky): a study of Pong left with Breakout's
+    default would otherwise train for days before its evaluation refused them. A file a
+    stage makes (select's) may be remade before evaluation, and is checked then."""
     chosen = str(evaluation.start_sequences)
+    if chosen not in {packaged.DEFAULT_START_SEQUENCES, *packaged.carried_start_sequences()}:
+        return
     path = packaged.start_sequences(chosen)
-    if chosen != NONE and path.is_file():
-        check_game(load(path), path, game)
+    doc = load(path)
+    for game in sorted({c.env.game for c in configs if c.env.sticky_p == 0}):
+        check_game(doc, path, game)
 
 
 # ---------------------------------------------------------------------------------------------

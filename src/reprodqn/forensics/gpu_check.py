@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from reprodqn.core import workspace
+from reprodqn.core import progress, workspace
 from reprodqn.core.atomic import write_json, write_text
 from reprodqn.core.errors import InputError
 from reprodqn.forensics import gpu_sharing
@@ -184,7 +184,7 @@ def check(
         "settings": settings,
         "study_holds": gpu_sharing.study_holds(params, overrides),
     }
-    stage = Stages(out / "gpu-check.partial.json", result)
+    stage = progress.StagedRecord(out / "gpu-check.partial.json", result, "gpu-check")
     chains = {}
     for group in ("deterministic", "gpu"):
         runs_dir = out / "runs"
@@ -213,7 +213,9 @@ def check(
         sharing,
         out,
         log,
-        lambda rates: stage.note("sharing", rates),
+        lambda swept: stage.note(
+            sharing=swept["rates"], sharing_parted=parted_from(alone, swept["chains"])
+        ),
     )
     stage.done("sharing", swept["rates"])
     stage.done("sharing_parted", parted_from(alone, swept["chains"]))
@@ -221,28 +223,6 @@ def check(
     write_json(out / "gpu-check.json", result)
     write_text(out / "gpu-check.md", report(result))
     return result
-
-
-class Stages:
-    """Each check's result as it comes, kept in a partial record with the seconds it took:
-    a check cut off by a time limit leaves what it had measured."""
-
-    def __init__(self, path: Path, result: dict):
-        self.path, self.result, self.since = path, result, time.perf_counter()
-        result["seconds"] = {}
-
-    def note(self, key: str, value) -> None:
-        """A check's result so far, kept while it goes on."""
-        self.result[key] = value
-        write_json(self.path, self.result)
-
-    def done(self, key: str, value) -> None:
-        now = time.perf_counter()
-        self.result[key] = value
-        self.result["seconds"][key] = round(now - self.since, 1)
-        self.since = now
-        write_json(self.path, self.result)
-        print(f"gpu-check: {key} done in {self.result['seconds'][key]:.0f} s", file=sys.stderr)
 
 
 def replicable(result: dict) -> bool:
@@ -284,33 +264,43 @@ def _throughput_lines(result: dict) -> list[str]:
     if result["device"] == "cuda" and result["replicable"]:
         path, k, rate = gpu_sharing.best_sharing(rates)
         tried = max(int(k) for by_k in rates.values() for k in gpu_sharing.measured(by_k))
-        holds = result.get("study_holds", {})
-        advised = min(k, holds.get(path, k))
         lines += [
             "",
             f"Most agent steps per second: {rate:.0f} in all, with {k} runs sharing the GPU "
-            f"on the {path} path. For a study, `REPRODQN_RUNS_PER_GPU={advised}`"
-            + (
-                f" with `{' '.join('--set ' + s for s in gpu_sharing.FAST['cuda'])}`"
-                if path == "fast"
-                else ""
-            )
-            + (
-                f" ({advised}, not {k}: this machine's memory holds {advised} of the study's "
-                f"runs on the {path} path, each with a replay of "
-                f"{holds['capacity']:,} transitions)"
-                if advised < k
-                else ""
-            )
-            + " (the default is the most that pay, as far as the GPU's and the host's memory "
-            "hold). It is a launch setting: each run's chain is the same however many share."
-            + (
-                f" {k} is the most this check tried: `--sharing {k} {2 * k}` tries more."
-                if k == tried and advised == k
-                else ""
-            ),
+            f"on the {path} path. " + _advice(path, k, tried, result.get("study_holds", {})),
         ]
     return lines
+
+
+def _advice(path: str, k: int, tried: int, holds: dict) -> str:
+    """REPRODQN_RUNS_PER_GPU for a study: the best K, as far as the study's own runs fit."""
+    fits = holds.get(path, k)
+    if fits < 1:
+        return (
+            f"A study's runs, each with a replay of {holds['capacity']:,} transitions, do not "
+            f"fit in this machine's memory on the {path} path: a smaller replay.capacity, or "
+            "the other path."
+        )
+    advised = min(k, fits)
+    flags = " ".join("--set " + s for s in gpu_sharing.FAST["cuda"])
+    return (
+        f"For a study, `REPRODQN_RUNS_PER_GPU={advised}`"
+        + (f" with `{flags}`" if path == "fast" else "")
+        + (
+            f" ({advised}, not {k}: this machine's memory holds {advised} of the study's "
+            f"runs on the {path} path, each with a replay of {holds['capacity']:,} "
+            "transitions)"
+            if advised < k
+            else ""
+        )
+        + " (the default is the most that pay, as far as the GPU's and the host's memory "
+        "hold). It is a launch setting: each run's chain is the same however many share."
+        + (
+            f" {k} is the most this check tried: `--sharing {k} {2 * k}` tries more."
+            if k == tried and advised == k
+            else ""
+        )
+    )
 
 
 def _fast_line(result: dict) -> str:

@@ -61,8 +61,8 @@ def sweep(
     `launch(runs, params, overrides, runs_dir, log) -> seconds`; their chains go under
     "chains" ({path: {k: [chain per run]}}) for the caller to compare. Both paths at one K
     before the next K, so that a sweep cut short has compared them as far as it went;
-    `progress(rates)` after each K. A path that fails is tried no further; its reason is
-    kept, and the other path goes on."""
+    `progress` is given both so far after each K. A path that fails is tried no further;
+    its reason is kept, and the other path goes on."""
     rates: dict[str, dict[str, Any]] = {path: {} for path in paths(device)}
     chains: dict[str, dict[str, list]] = {path: {} for path in paths(device)}
     for k in sharing:
@@ -83,7 +83,7 @@ def sweep(
                 continue
             rates[path][str(k)], chains[path][str(k)] = _measured_runs(runs_dir, k, seconds)
         if progress is not None:
-            progress(rates)
+            progress({"rates": rates, "chains": chains})
     return {"rates": rates, "chains": chains}
 
 
