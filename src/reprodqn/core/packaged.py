@@ -71,14 +71,18 @@ def carried_start_sequences() -> list[str]:
     )
 
 
+def carries(name: str | Path) -> bool:
+    """Whether params name a start-sequence file the package carries (the authors' counted
+    even when gone from the install, which then says it is broken)."""
+    return Path(name).as_posix() in {DEFAULT_START_SEQUENCES, *carried_start_sequences()}
+
+
 def start_sequences(name: str | Path) -> Path:
     """A start-sequence file as params or a flag name it: the file itself if it exists
     here; else, for a file the package carries (the authors' states, or another game's
     start_sequences/GAME.json), the package's copy (evaluating from any directory)."""
     path = Path(name)
-    # the authors' listed even when gone from the install, which then says it is broken
-    carried = {DEFAULT_START_SEQUENCES, *carried_start_sequences()}
-    if path.exists() or path.as_posix() not in carried:
+    if path.exists() or not carries(path):
         return path
     return data_path(*path.as_posix().split("/"))
 

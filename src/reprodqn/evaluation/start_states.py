@@ -178,10 +178,9 @@ def check_before_training(evaluation, configs) -> None:
     that evaluates from start states (not sticky): a study of Pong left with Breakout's
     default would otherwise train for days before its evaluation refused them. A file a
     stage makes (select's) may be remade before evaluation, and is checked then."""
-    chosen = str(evaluation.start_sequences)
-    if chosen not in {packaged.DEFAULT_START_SEQUENCES, *packaged.carried_start_sequences()}:
+    if not packaged.carries(evaluation.start_sequences):
         return
-    path = packaged.start_sequences(chosen)
+    path = packaged.start_sequences(evaluation.start_sequences)
     doc = load(path)
     for game in sorted({c.env.game for c in configs if c.env.sticky_p == 0}):
         check_game(doc, path, game)

@@ -186,13 +186,12 @@ def check(
     }
     stage = progress.StagedRecord(out / "gpu-check.partial.json", result, "gpu-check")
     chains = {}
-    for group in ("deterministic", "gpu"):
+    for group, key in (("deterministic", "deterministic"), ("gpu", "gpu_group")):
         runs_dir = out / "runs"
         launch([(group, 0), (group, 1)], params, settings, runs_dir, log)
         chains[group] = [
             workspace.read_hashes(workspace.run_dir(runs_dir, group, run)) for run in (0, 1)
         ]
-        key = {"deterministic": "deterministic", "gpu": "gpu_group"}[group]
         stage.done(key, first_parting(*chains[group]))
     stage.done("gpu_group_ops", op_parting(params, settings, out, log))
     study = load_params(params, settings)
