@@ -8,8 +8,10 @@ import sys
 
 import pytest
 import yaml
+from pydantic import BaseModel, ValidationError, model_validator
 
 from reprodqn.config.params import load_params, resolve_run
+from reprodqn.config.sources import one_line
 from reprodqn.config.study import GROUP_NAMES
 from reprodqn.core.errors import InputError
 from tests.helpers import PARAMS, cli_env
@@ -279,3 +281,22 @@ def test_a_check_across_fields_is_blamed_on_the_override_it_names():
         "--set evaluation.episodes=200: evaluation.episodes (200) exceeds "
         "start_states.selected (100)"
     )
+
+
+def test_a_check_across_fields_is_not_blamed_on_a_key_it_only_contains():
+    """`a.b` overridden, a check naming `a.bc` and `x.a.b`: the file is blamed, not `a.b`."""
+
+    class Pair(BaseModel):
+        bc: int = 0
+
+        @model_validator(mode="after")
+        def check(self):
+            raise ValueError("a.bc (0) exceeds x.a.b (0)")
+
+    with pytest.raises(ValidationError) as refused:
+        Pair()
+    assert one_line(refused.value, "params.yaml", {"a.b": "--set a.b=1"}) == (
+        "params.yaml: a.bc (0) exceeds x.a.b (0)"
+    )
+    named = one_line(refused.value, "params.yaml", {"a.bc": "--set a.bc=0"})
+    assert named.startswith("--set a.bc=0: ")

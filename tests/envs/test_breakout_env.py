@@ -78,6 +78,14 @@ def test_rgb_array_renders_the_screen_and_leaves_the_game_as_it_was(mode):
         breakout.BreakoutEnv(render_mode="human")
 
 
+def test_render_fps_follows_the_frame_skip():
+    """A recorded video plays at the game's speed: 60 emulator frames/s over the skip."""
+    assert gym.make(breakout.ENV_ID).metadata["render_fps"] == 15
+    skip_two = breakout.BreakoutEnv(env_config={"frame_skip": 2}, render_mode="rgb_array")
+    assert skip_two.metadata["render_fps"] == 30
+    assert breakout.BreakoutEnv.metadata["render_fps"] == 15  # the class's is not changed
+
+
 @pytest.mark.parametrize("sticky_p", [0.0, 0.25], ids=["start-states", "sticky"])
 def test_eval_mode_plays_the_evaluators_episodes(sticky_p):
     net = build_q_network("nips", 4, 4, 84, torch.Generator().manual_seed(5))

@@ -90,6 +90,12 @@ def nearest(key: str, node: dict, prefix: list[str]) -> str:
 UNION_MEMBERS = ("bool", "int", "float", "str")  # how pydantic tags a union's alternatives
 
 
+def names(message: str, key: str) -> bool:
+    """Whether a message names a dotted key as a whole: `train.steps` is not named by
+    `train.steps_per_update` nor by `agent.train.steps`."""
+    return re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", message) is not None
+
+
 def one_line(exc: ValidationError, source: str, origin: dict[str, str]) -> str:
     """The first problem, as `where: field: what, got value (and N more)`. A value that
     failed every alternative of a union (a group's `set`) is reported once, by its most
@@ -109,7 +115,7 @@ def one_line(exc: ValidationError, source: str, origin: dict[str, str]) -> str:
             for key in sorted(origin, key=len, reverse=True)
             if field == key
             or field.startswith(key + ".")
-            or (not field and key in first["msg"])  # a check across fields names them
+            or (not field and names(first["msg"], key))  # a check across fields names them
         ),
         source,
     )

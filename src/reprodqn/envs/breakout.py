@@ -48,6 +48,7 @@ from reprodqn.training.atari import NOOP, Emulator, FrameHistory, TrainingEnv
 ENV_ID = "reprodqn/Breakout-v0"  # the paper's game; env_id(game) names the others
 AUTHORS_SEED = 123  # the authors' code seeds every source with it; until reset(seed=...)
 MODES = ("train", "eval")
+EMULATOR_FPS = 60  # the Atari 2600's frame rate; one env step plays frame_skip of them
 
 
 class BreakoutEnv(gym.Env):
@@ -70,7 +71,7 @@ class BreakoutEnv(gym.Env):
             run (gymnasium.wrappers.RecordVideo) keeps its chain.
     """
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 15}  # 60 frames/s, skip 4
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 15}  # each env's: its frame skip
 
     def __init__(
         self,
@@ -104,6 +105,7 @@ class BreakoutEnv(gym.Env):
             raise InputError(sources.one_line(error, "env", {})) from None
         self.mode, self.generator, self.reward_clip = mode, generator, reward_clip
         c = self.config
+        self.metadata = {**self.metadata, "render_fps": EMULATOR_FPS / c.frame_skip}
         self.observation_space = spaces.Box(
             0, 255, (c.history_length, c.screen_size, c.screen_size), np.uint8
         )
