@@ -156,7 +156,7 @@ def test_verify_compares_any_two_result_folders(tmp_path):
     same = subprocess.run(
         [*cli, "a", "b"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
     )
-    assert same.returncode == 0 and "identical: 1 runs" in same.stdout
+    assert same.returncode == 0 and "identical: 1 run, every" in same.stdout
     parted = subprocess.run(
         [*cli, "a", "c"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
     )
@@ -166,3 +166,20 @@ def test_verify_compares_any_two_result_folders(tmp_path):
         [*cli, "a", "nowhere"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
     )
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "nowhere" in empty.stderr
+
+
+def test_verify_skips_scratch_copies_names_the_settings_and_refuses_itself(tmp_path):
+    """A workspace's build/ (traces, reruns) and resume-points/ hold copies of chains, not
+    runs; a changed setting is named with both values; a folder is not its own replica."""
+    for side in ("a", "b"):
+        _chain(tmp_path / side / "runs" / "0", [1.0, 2.0])
+        config = {"config": {"seed": 1 if side == "a" else 2, "lr": 0.1}}
+        (tmp_path / side / "runs" / "0" / "config.json").write_text(json.dumps(config))
+    _chain(tmp_path / "a" / "build" / "trace" / "to-window", [9.0])
+    _chain(tmp_path / "a" / "resume-points" / "0" / "logs", [1.0])
+    result = chains.compare(tmp_path / "a", tmp_path / "b")
+    assert result["identical"] and result["runs_compared"] == 1
+    assert result["config_differing"] == ["seed (ours 1, reference 2)"]
+    assert "settings that differ: seed (ours 1, reference 2)" in chains.summary(result)
+    with pytest.raises(InputError, match="the same folder as"):
+        chains.compare(tmp_path / "a", tmp_path / "a" / ".")

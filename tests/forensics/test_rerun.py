@@ -75,6 +75,34 @@ def test_spot_check_names_the_first_record_that_differs(shipped, tmp_path):
     assert "DIFFERENT" in verify.spot_check_summary(result)
 
 
+def test_the_earliest_record_that_differs_is_named_whichever_file_holds_it(tmp_path):
+    """A loss chain parts in process.jsonl (every log_every steps) before the checkpoint
+    after it shows it in hashes.jsonl: the earlier is named."""
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    for run, parted in ((ours, "a"), (theirs, "b")):
+        run.mkdir()
+        checkpoints = [(0, "a"), (200, parted)]
+        (run / "hashes.jsonl").write_text(
+            "".join(
+                json.dumps({"step": step, "weights_sha256": "w", "loss_chain_sha256": chain}) + "\n"
+                for step, chain in checkpoints
+            )
+        )
+        records = [(100, "a", 5), (150, parted, 10), (200, parted, 15)]
+        (run / "process.jsonl").write_text(
+            "".join(
+                json.dumps({"step": step, "loss_chain_sha256": chain, "updates": updates}) + "\n"
+                for step, chain, updates in records
+            )
+        )
+    result = rerun.compare_prefix(theirs, ours, until=200)
+    assert result["first"] == {
+        "file": "process.jsonl",
+        "step": 150,
+        "fields": ["loss_chain_sha256"],
+    }
+
+
 def test_a_shipped_resume_point_starts_the_spot_check_late(shipped, tmp_path):
     root, params = shipped
     copy = tmp_path / "copy"

@@ -1,19 +1,16 @@
-"""Table 1, variance tests, the replicability verdict, figures and verify, on small
-synthetic studies whose answers are known."""
+"""Table 1, variance tests, the replicability verdict and figures, on small synthetic
+studies whose answers are known (verify: tests/forensics/test_verify.py)."""
 
 from __future__ import annotations
 
 import json
 import math
-import shutil
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from reprodqn.config.study import GroupConfig, StudyConfig
 from reprodqn.core.errors import InputError
-from reprodqn.forensics import verify
 from reprodqn.report import analysis, sections, writer
 from tests.helpers import fake_run, fake_study
 
@@ -193,120 +190,6 @@ def test_a_missing_figure_is_one_line_naming_it(tmp_path):
 
     with pytest.raises(InputError, match=r"figure1\.png: figure linked from the report"):
         html.render("# R\n\n![F](figure1.png)\n", tmp_path)
-
-
-def make_workspace(root, scores_by_run):
-    """A minimal workspace on disk: hashes, eval.csv, conditions."""
-    for (group, index), (chain, score) in scores_by_run.items():
-        run_dir = root / "runs" / group / str(index)
-        run_dir.mkdir(parents=True)
-        (run_dir / "hashes.jsonl").write_text(
-            "".join(
-                json.dumps(
-                    {
-                        "step": s,
-                        "weights_sha256": f"{chain}{s}",
-                        "loss_chain_sha256": "x",
-                        "updates": 0,
-                    }
-                )
-                + "\n"
-                for s in (0, 100)
-            )
-        )
-        eval_dir = root / "evaluations" / group / str(index)
-        eval_dir.mkdir(parents=True)
-        (eval_dir / "eval.csv").write_text(
-            "step,episode,start_sequence,sticky_seed,score,frames\n"
-            f"0,0,0,,{score},40\n100,0,0,,{score},40\n"
-        )
-    (root / "results").mkdir()
-    (root / "results" / "conditions.json").write_text(
-        json.dumps(
-            {
-                "device": "cpu",
-                "device_name": "cpu",
-                "gpu": {},
-                "cpu": {
-                    "architecture": "x86_64",
-                    "isa_flags": ["avx2"],
-                    "torch_cpu_capability": "AVX2",
-                },
-                "python": {"version": "3.11.7"},
-                "packages": {"torch": "2.13.0"},
-                "numerics": {"torch_threads": 1, "environment": {}},
-                "memory_bytes": 1,
-            }
-        )
-    )
-
-
-def test_verify_reports_identical_or_the_first_divergence_and_condition_changes(tmp_path):
-    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
-    runs = {("deterministic", 0): ("a", 1), ("deterministic", 1): ("a", 1), ("gpu", 0): ("a", 1)}
-    make_workspace(ours, runs)
-    shutil.copytree(ours, theirs)
-    study = StudyConfig(
-        runs_per_group=2, groups={"deterministic": GroupConfig(), "gpu": GroupConfig()}
-    )
-    result = verify.verify(ours, theirs, study)
-    assert result["identical"] and result["runs_compared"] == 3
-    hashes = theirs / "runs" / "gpu" / "0" / "hashes.jsonl"
-    hashes.write_text(hashes.read_text().replace("a100", "b100"))
-    conditions = json.loads((theirs / "results" / "conditions.json").read_text())
-    conditions["packages"]["torch"] = "2.12.0"
-    conditions["memory_bytes"] = 2
-    (theirs / "results" / "conditions.json").write_text(json.dumps(conditions))
-    result = verify.verify(ours, theirs, study)
-    assert not result["identical"]
-    assert result["first_divergence"] == {"group": "gpu", "run": 0, "step": 100, "chain": "weights"}
-    assert result["conditions_differing"] == ["memory_bytes", "packages.torch"]
-    assert result["numeric_conditions_differing"] == ["packages.torch"]
-    assert result["cpu_isa"]["ours"] == "native (this machine's widest: avx2, torch used AVX2)"
-
-
-def test_verify_leaves_out_runs_that_differ_by_design(tmp_path):
-    """The gpu group on a CPU draws its reduction order from OS entropy: its chains differ
-    from any other training of it, which verify says instead of calling it a divergence."""
-    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
-    make_workspace(ours, {("deterministic", 0): ("a", 1), ("gpu", 0): ("a", 1)})
-    make_workspace(theirs, {("deterministic", 0): ("a", 1), ("gpu", 0): ("b", 1)})
-    study = StudyConfig(
-        runs_per_group=1, groups={"deterministic": GroupConfig(), "gpu": GroupConfig()}
-    )
-    assert verify.verify(ours, theirs, study)["first_divergence"]["group"] == "gpu"
-    for root in (ours, theirs):
-        (root / "runs" / "gpu" / "0" / "conditions.json").write_text(
-            json.dumps({"device": "cpu", "numerics": {"cpu_reduction_order": "random"}})
-        )
-    result = verify.verify(ours, theirs, study)
-    assert result["identical"] and result["runs_compared"] == 1
-    assert result["differ_by_design"] == ["gpu/0"]
-    assert "different by design, not counted: gpu/0" in verify.summary(result)
-    same = verify.verify(ours, ours, study)  # the same chains: compared like any other run
-    assert same["runs_compared"] == 2 and same["differ_by_design"] == []
-
-
-def test_verify_names_a_workspace_with_nothing_to_check_and_a_run_not_trained_here(tmp_path):
-    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
-    make_workspace(theirs, {("deterministic", 0): ("a", 1), ("deterministic", 1): ("a", 1)})
-    study = StudyConfig(runs_per_group=2, groups={"deterministic": GroupConfig()})
-    with pytest.raises(InputError, match="ours: not a directory"):
-        verify.verify(ours, theirs, study)
-    ours.mkdir()
-    with pytest.raises(InputError, match="ours: no trained runs to check"):
-        verify.verify(ours, theirs, study)
-    make_workspace(ours, {("deterministic", 0): ("a", 1)})
-    result = verify.verify(ours, theirs, study)
-    assert result["first_divergence"] == {
-        "group": "deterministic",
-        "run": 1,
-        "step": 0,
-        "chain": "not trained here",
-    }
-    assert verify.summary(result).startswith(
-        "verify: DIFFERENT: deterministic/1 is not trained here"
-    )
 
 
 def test_isa_setting_names_the_floor_and_the_machine():

@@ -28,6 +28,7 @@ REPORTS = Path("reports")
 START_SEQUENCES = Path("start_sequences")
 RANKER = Path("ranker")  # the select stage's ranking DQN
 RESUME_POINTS = Path("resume-points")  # made for a bundle: `reprodqn resume-point`
+SCRATCH = Path("build")  # what forensics retrains and writes on the way: never a result
 RESULT_DIRS = (
     START_SEQUENCES,
     RESULTS,
@@ -102,18 +103,26 @@ def checkpoint_path(run: Path, step: int) -> Path:
 
 def read_hashes(run: Path) -> list[dict]:
     """hashes.jsonl: one line per checkpoint (step, weights and loss-chain SHA-256, updates)."""
-    path = Path(run) / HASHES
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return _read_jsonl(Path(run) / HASHES)
 
 
 def read_process(run: Path) -> list[dict]:
     """process.jsonl: one record per log_every steps (loss, epsilon, scores, loss chain)."""
-    path = Path(run) / PROCESS
+    return _read_jsonl(Path(run) / PROCESS)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    """A run's log, none where it has none; a torn or altered line is one line naming it."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for number, text in enumerate(path.read_text().splitlines(), 1):
+        if text.strip():
+            try:
+                records.append(json.loads(text))
+            except json.JSONDecodeError:
+                raise InputError(f"{path}: line {number} is not JSON (corrupted?)") from None
+    return records
 
 
 def read_eval(out_dir: Path) -> list[dict]:

@@ -22,28 +22,26 @@ from reprodqn.determinism.provenance import differences, fingerprint_fields
 CHAIN_FIELDS = {key: name for name, key in workspace.CHAINS.items()} | {"updates": "updates"}
 
 
+NOT_RUNS = {  # folders whose hashes.jsonl is a copy or a rerun of a run's, not a run
+    workspace.RESUME,
+    workspace.CHECKPOINTS,
+    str(workspace.RESUME_POINTS),
+    str(workspace.SCRATCH),
+}
+
+
 def runs(root: Path) -> dict[str, Path]:
     """Every folder under `root` (itself included) that holds a hashes.jsonl, by its path
-    relative to `root` ("." for the root); resume points and checkpoints are not searched."""
+    relative to `root` ("." for the root); resume points, checkpoints and a workspace's
+    scratch (build/: traces and reruns) are not searched."""
     if not root.is_dir():
         raise InputError(f"{root}: not a directory (expected a result folder)")
     found = {}
     for parent, children, files in os.walk(root):
-        children[:] = sorted(set(children) - {workspace.RESUME, workspace.CHECKPOINTS})
+        children[:] = sorted(set(children) - NOT_RUNS)
         if workspace.HASHES in files:
             found[Path(parent).relative_to(root).as_posix()] = Path(parent)
     return found
-
-
-def read_chain(run: Path) -> list[dict]:
-    path = run / workspace.HASHES
-    lines = []
-    for number, text in enumerate(path.read_text().splitlines(), 1):
-        try:
-            lines.append(json.loads(text))
-        except json.JSONDecodeError:
-            raise InputError(f"{path}: line {number} is not JSON (corrupted?)") from None
-    return lines
 
 
 def first_difference(ours: list[dict], theirs: list[dict]) -> dict | None:
@@ -71,6 +69,7 @@ def first_difference(ours: list[dict], theirs: list[dict]) -> dict | None:
 def compare(ours: str | Path, reference: str | Path) -> dict:
     """Every run the two folders share, compared checkpoint by checkpoint."""
     ours, reference = Path(ours), Path(reference)
+    refuse_itself(ours, reference)
     mine, theirs = runs(ours), runs(reference)
     if not mine or not theirs:
         empty = ours if not mine else reference
@@ -83,31 +82,72 @@ def compare(ours: str | Path, reference: str | Path) -> dict:
         )
     first = None
     for name in shared:
-        found = first_difference(read_chain(mine[name]), read_chain(theirs[name]))
+        found = first_difference(
+            workspace.read_hashes(mine[name]), workspace.read_hashes(theirs[name])
+        )
         if found is not None:
             first = {"run": name, **found}
             break
-    numeric = numeric_conditions_differing(mine[shared[0]], theirs[shared[0]])
+    described = first["run"] if first is not None else shared[0]
     return {
         "identical": first is None and set(mine) == set(theirs),
         "runs_compared": len(shared),
         "first_divergence": first,
         "only_ours": sorted(set(mine) - set(theirs)),
         "only_reference": sorted(set(theirs) - set(mine)),
-        "numeric_conditions_differing": numeric,
+        "numeric_conditions_differing": numeric_conditions_differing(
+            mine[described], theirs[described]
+        ),
+        "config_differing": config_differences(mine[described], theirs[described]),
     }
 
 
+def refuse_itself(ours: Path, reference: Path) -> None:
+    """A folder compared with itself is identical whatever it holds: say so instead."""
+    if ours.resolve() == reference.resolve():
+        raise InputError(
+            f"{reference}: the same folder as {ours} (compare two copies of the results)"
+        )
+
+
 def numeric_conditions_differing(ours: Path, theirs: Path) -> list[str]:
-    """The conditions that change numbers and differ between two runs' records (none
-    where either run has no conditions.json)."""
-    records = []
-    for run in (ours, theirs):
-        path = run / workspace.CONDITIONS
-        if not path.exists():
-            return []
-        records.append(fingerprint_fields(read_json(path, "conditions record")))
-    return differences(records[0], records[1])
+    """The conditions that change numbers and differ between two runs' records, each with
+    both values (none where either run has no conditions.json)."""
+    records = _both(ours, theirs, workspace.CONDITIONS, "conditions record")
+    if records is None:
+        return []
+    ours_fields, theirs_fields = map(fingerprint_fields, records)
+    return with_values(differences(ours_fields, theirs_fields), ours_fields, theirs_fields)
+
+
+def config_differences(ours: Path, theirs: Path) -> list[str]:
+    """The settings two runs were given that differ (their config.json's `config`, key by
+    key), each with both values: a changed seed or hyper-parameter named as such."""
+    records = _both(ours, theirs, workspace.RUN_CONFIG, "run config")
+    if records is None:
+        return []
+    ours_config, theirs_config = (record.get("config") or {} for record in records)
+    return with_values(differences(ours_config, theirs_config), ours_config, theirs_config)
+
+
+def _both(ours: Path, theirs: Path, name: str, what: str) -> list[dict] | None:
+    paths = [Path(run) / name for run in (ours, theirs)]
+    if not all(path.exists() for path in paths):
+        return None
+    return [read_json(path, what) for path in paths]
+
+
+def with_values(paths: list[str], ours: dict, theirs: dict) -> list[str]:
+    """`key (ours X, reference Y)` for each dotted key, values cut to a readable length."""
+
+    def value(record: dict, path: str) -> str:
+        found: object = record
+        for key in path.split("."):
+            found = found.get(key) if isinstance(found, dict) else None
+        text = "absent" if found is None else json.dumps(found)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    return [f"{path} (ours {value(ours, path)}, reference {value(theirs, path)})" for path in paths]
 
 
 def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> dict:
@@ -128,7 +168,7 @@ def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> d
     done = subprocess.run([sys.executable, str(path), *arguments], cwd=cwd, stdout=sys.stderr)
     if done.returncode != 0:
         raise InputError(f"{path}: exited {done.returncode} rerunning {run} to step {until}")
-    ours, theirs = read_chain(scratch), read_chain(run)
+    ours, theirs = workspace.read_hashes(scratch), workspace.read_hashes(run)
     first = first_difference(ours, theirs[: len(ours)])
     numeric = numeric_conditions_differing(scratch, run)
     return {
@@ -174,46 +214,55 @@ def rerun_summary(result: dict) -> str:
             f"verify: DIFFERENT: rerun here, {result['run']} parts at checkpoint step "
             f"{first['step']} ({', '.join(first['fields'])})"
         ]
+    return "\n".join(lines + differing_lines(result))
+
+
+def differing_lines(result: dict) -> list[str]:
+    """What differs between the two sides besides the chains: the settings each run was
+    given, and the conditions that change numbers."""
+    lines = []
+    if result.get("config_differing"):
+        lines.append("settings that differ: " + "; ".join(result["config_differing"]))
     if result["numeric_conditions_differing"]:
         lines.append(
             "conditions that change numbers and differ: "
-            + ", ".join(result["numeric_conditions_differing"])
+            + "; ".join(result["numeric_conditions_differing"])
         )
-    return "\n".join(lines)
+    return lines
 
 
 def summary(result: dict) -> str:
     """What `reprodqn verify A B` prints."""
-    first = result["first_divergence"]
+    first, runs = result["first_divergence"], plural(result["runs_compared"], "run")
     if result["identical"]:
-        lines = [
-            f"verify: identical: {result['runs_compared']} runs, every checkpoint's weights "
-            "and loss chain"
-        ]
+        lines = [f"verify: identical: {runs}, every checkpoint's weights and loss chain"]
     elif first is None:
-        lines = [f"verify: DIFFERENT: the runs compared ({result['runs_compared']}) match"]
-    elif first["fields"] == ["length"]:
-        longer = "ours" if first["ours"] else "the reference"
-        same = (
-            "has no checkpoint in common"
-            if first["last_shared"] is None
-            else f"is the same through step {first['last_shared']}"
-        )
-        lines = [
-            f"verify: DIFFERENT: {first['run']} {same}; {longer} goes on to step "
-            f"{first['step']} and the other stops"
-        ]
+        lines = [f"verify: DIFFERENT: the {runs} on both sides match; not every run is on both"]
     else:
-        lines = [
-            f"verify: DIFFERENT: first divergence in {first['run']} at checkpoint step "
-            f"{first['step']} ({', '.join(first['fields'])})"
-        ]
+        lines = [f"verify: DIFFERENT: {where(first['run'], first, first['fields'])}"]
     for side in ("ours", "reference"):
         if result[f"only_{side}"]:
             lines.append(f"only in {side}: {', '.join(result[f'only_{side}'])}")
-    if result["numeric_conditions_differing"]:
-        lines.append(
-            "conditions that change numbers and differ: "
-            + ", ".join(result["numeric_conditions_differing"])
+    return "\n".join(lines + differing_lines(result))
+
+
+def where(run: str, found: dict, fields: list[str]) -> str:
+    """Where a run leaves the reference's copy, from first_difference's record."""
+    name = "the run" if run == "." else run
+    if fields == ["length"]:
+        longer = "ours" if found["ours"] else "the reference"
+        same = (
+            "has no checkpoint in common"
+            if found["last_shared"] is None
+            else f"is the same through step {found['last_shared']}"
         )
-    return "\n".join(lines)
+        return f"{name} {same}; {longer} goes on to step {found['step']} and the other stops"
+    if fields == ["step"]:
+        return (
+            f"{name} has its checkpoints at other steps (the first that differs: {found['step']})"
+        )
+    return f"first divergence in {name} at checkpoint step {found['step']} ({', '.join(fields)})"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -103,8 +103,8 @@ def train_until(
 
 def compare_prefix(reference_run: Path, rerun: Path, until: int) -> dict:
     """The reference's checkpoint and process records up to `until` against the rerun's:
-    the first that differs (process records are finer: every log_every steps)."""
-    compared = 0
+    the earliest that differs (process records are finer: every log_every steps)."""
+    compared, firsts = 0, []
     for name, read, keys in (
         (LOGS[0], workspace.read_hashes, CHAINS),
         (LOGS[1], workspace.read_process, (workspace.CHAINS["losses"], "updates")),
@@ -117,12 +117,10 @@ def compare_prefix(reference_run: Path, rerun: Path, until: int) -> dict:
             compared += 1
             differing = [k for k in keys if mine is None or mine.get(k) != theirs.get(k)]
             if differing:
-                return {
-                    "identical": False,
-                    "records_compared": compared,
-                    "first": {"file": name, "step": theirs["step"], "fields": differing},
-                }
-    return {"identical": True, "records_compared": compared, "first": None}
+                firsts.append({"file": name, "step": theirs["step"], "fields": differing})
+                break
+    first = min(firsts, key=lambda found: found["step"], default=None)  # a tie: the checkpoint
+    return {"identical": first is None, "records_compared": compared, "first": first}
 
 
 def make_resume_point(

@@ -8,7 +8,13 @@ from pathlib import Path
 from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
 from reprodqn.core.errors import InputError
-from reprodqn.report.analysis import differs_by_design, divergence, isa_setting
+from reprodqn.forensics import chains
+from reprodqn.report.analysis import (
+    RunResult,
+    differs_by_design,
+    first_loss_divergence,
+    isa_setting,
+)
 from reprodqn.report.study_records import load_study
 
 
@@ -30,6 +36,11 @@ def check_bundle(reference: Path) -> None:
 
 
 NOT_TRAINED = "not trained here"  # the "chain" of a run the reference has and ours lacks
+NOT_IN_REFERENCE = "not trained in the reference"  # and of a run ours has and it lacks
+NEXT = (
+    "next: `reprodqn trace` on both machines from a resume point before that step, then "
+    "`reprodqn trace-diff`, names the first differing op"
+)
 
 
 def verify(ours: Path, reference: Path, study) -> dict:
@@ -40,53 +51,89 @@ def verify(ours: Path, reference: Path, study) -> dict:
     check_bundle(reference)
     if not ours.is_dir():
         raise InputError(f"{ours}: not a directory (expected the workspace to check, --root)")
-    mine = load_study(ours, study)
-    if not any(run.hashes for runs in mine.values() for run in runs):
-        raise InputError(
-            f"{ours}: no trained runs to check (expected runs/<group>/<run>/"
-            "hashes.jsonl: run the study there first, or give --root)"
-        )
-    theirs = load_study(reference, study)
-    first = None
-    compared = 0
+    chains.refuse_itself(ours, reference)
+    mine = _trained(ours, study, "no trained runs to check", "run the study there first")
+    theirs = _trained(reference, study, "no trained runs of this study", "a workspace or bundle")
+    first, compared, evaluated = None, 0, 0
+    described: tuple[str, int] | None = None
     by_design = []  # runs whose chains differ, as designed: not a replication failure
     for group in mine:
         for a, b in zip(mine[group], theirs[group], strict=True):
             if not a.hashes and not b.hashes:
                 continue
-            chain: str | None
-            step: int | None
-            if not a.hashes:  # a study still running here: say so, not "differs at step 0"
-                chain, step = NOT_TRAINED, 0
-            else:
-                steps = divergence(b, a)
-                chain = next((name for name, step in steps.items() if step is not None), None)
-                step = steps[chain] if chain is not None else None
-                if chain is not None and (differs_by_design(a) or differs_by_design(b)):
-                    by_design.append(f"{group}/{a.run}")
-                    continue
+            found = pair_difference(a, b)
+            if found is not None and differs_by_design(a) and differs_by_design(b):
+                by_design.append(f"{group}/{a.run}")
+                continue
             compared += 1
-            if chain is not None and first is None:
-                first = {"group": group, "run": a.run, "step": step, "chain": chain}
+            evaluated += len(set(a.scores) & set(b.scores))
+            if described is None or (found is not None and first is None):
+                described = (group, a.run)
+            if found is not None and first is None:
+                first = {"group": group, "run": a.run, **found}
     if compared == 0:
         raise InputError(
-            f"{reference}: no runs to compare (expected runs/<group>/<run>/hashes.jsonl)"
+            f"{reference}: every run trained on both sides differs by design "
+            f"({', '.join(by_design)}): nothing there can be compared bit for bit"
         )
-    conditions = {}
-    for side, root in (("ours", ours), ("reference", reference)):
-        path = workspace.conditions_path(root)
-        conditions[side] = read_json(path, "conditions record") if path.exists() else None
     return {
         "identical": first is None,
         "runs_compared": compared,
+        "checkpoints_evaluated_on_both": evaluated,
         "first_divergence": first,
         "differ_by_design": by_design,
-        **conditions_differing(conditions["ours"], conditions["reference"]),
+        **_described(ours, reference, *described),  # type: ignore[misc]  # compared > 0
+    }
+
+
+def _trained(root: Path, study, nothing: str, expected: str) -> dict:
+    runs = load_study(root, study)
+    if not any(run.hashes for group in runs.values() for run in group):
+        raise InputError(
+            f"{root}: {nothing} (expected runs/<group>/<run>/hashes.jsonl: {expected}, "
+            "or give --root)"
+        )
+    return runs
+
+
+def pair_difference(ours: RunResult, theirs: RunResult) -> dict | None:
+    """Where one run leaves the reference's copy: the first checkpoint whose chains differ
+    (or where one chain stops), sharpened by process.jsonl where the loss chains part, or
+    the first checkpoint both evaluated whose scores differ; None when it never does."""
+    if not ours.hashes or not theirs.hashes:
+        return {"step": 0, "chain": NOT_TRAINED if not ours.hashes else NOT_IN_REFERENCE}
+    found = chains.first_difference(ours.hashes, theirs.hashes)
+    both = sorted(set(ours.scores) & set(theirs.scores))
+    scores = next((s for s in both if ours.scores[s] != theirs.scores[s]), None)
+    if scores is not None and (found is None or scores < (found["step"] or 0)):
+        return {"step": scores, "chain": "evaluation"}
+    if found is None:
+        return None
+    fields = found.pop("fields")
+    divergence = {"step": found.pop("step"), "chain": ", ".join(fields), **found}
+    loss = first_loss_divergence(theirs, ours)
+    if loss is not None and loss["updates"] is not None and loss["step"] < divergence["step"]:
+        divergence["process"] = loss
+    return divergence
+
+
+def _described(ours: Path, reference: Path, group: str, run: int) -> dict:
+    """The conditions and settings of one pair of runs, the first that parts (or the first
+    compared): the runs' own records where both have one, else the workspaces'."""
+    pair = [workspace.run_dir(root / workspace.RUNS, group, run) for root in (ours, reference)]
+    paths = [run_dir / workspace.CONDITIONS for run_dir in pair]
+    if not all(path.exists() for path in paths):
+        paths = [workspace.conditions_path(root) for root in (ours, reference)]
+    conditions = [read_json(path, "conditions record") if path.exists() else None for path in paths]
+    return {
+        **conditions_differing(*conditions),
+        "config_differing": chains.config_differences(*pair),
     }
 
 
 def conditions_differing(ours: dict | None, theirs: dict | None) -> dict:
-    """Which conditions differ (those that change numbers apart), and each side's ISA."""
+    """Which conditions differ (those that change numbers apart, with both values), and
+    each side's ISA."""
     from reprodqn.determinism.provenance import differences, fingerprint_fields
 
     found: dict = {
@@ -96,46 +143,61 @@ def conditions_differing(ours: dict | None, theirs: dict | None) -> dict:
     }
     if ours is not None and theirs is not None:
         found["conditions_differing"] = differences(ours, theirs)
-        found["numeric_conditions_differing"] = differences(
-            fingerprint_fields(ours), fingerprint_fields(theirs)
-        )
+        numeric = fingerprint_fields(ours), fingerprint_fields(theirs)
+        found["numeric_conditions_differing"] = chains.with_values(differences(*numeric), *numeric)
     return found
 
 
 def summary(result: dict) -> str:
-    """What verify prints: the verdict, where it first diverges, what conditions differ."""
+    """What verify prints: the verdict, where it first diverges, what differs besides."""
     if result["identical"]:
+        evaluated = result["checkpoints_evaluated_on_both"]
         lines = [
-            f"verify: identical: {result['runs_compared']} runs, every weight and loss "
-            "chain and every evaluation result"
+            f"verify: identical: {chains.plural(result['runs_compared'], 'run')}, every "
+            "weight and loss chain"
+            + (
+                f", and the evaluation results of {evaluated} checkpoints both sides evaluated"
+                if evaluated
+                else " (no checkpoint is evaluated on both sides: scores not compared)"
+            )
         ]
     else:
-        d = result["first_divergence"]
-        where = (
-            f"{d['group']}/{d['run']} is not trained here (the reference has it)"
-            if d["chain"] == NOT_TRAINED
-            else f"first divergence in {d['group']}/{d['run']} at checkpoint step "
-            f"{d['step']} ({d['chain']})"
-        )
-        lines = [
-            f"verify: DIFFERENT: {where}",
-            f"CPU instruction set: ours {result['cpu_isa']['ours']}; reference "
-            f"{result['cpu_isa']['reference']}",
-        ]
+        first = result["first_divergence"]
+        lines = [f"verify: DIFFERENT: {_where(first)}", _isa_line(result)]
+        if first["chain"] not in (NOT_TRAINED, NOT_IN_REFERENCE, "length", "step"):
+            lines.append(NEXT)
+    return "\n".join(lines + _besides(result, all_conditions=True))
+
+
+def _where(d: dict) -> str:
+    run = f"{d['group']}/{d['run']}"
+    if d["chain"] in (NOT_TRAINED, NOT_IN_REFERENCE):
+        return f"{run} is {d['chain']} (the other side has it)"
+    where = chains.where(run, d, d["chain"].split(", "))
+    if "process" in d:
+        first, last = d["process"]["updates"]
+        where += f"; process.jsonl parts at step {d['process']['step']} (updates {first}-{last})"
+    return where
+
+
+def _isa_line(result: dict) -> str:
+    isa = result["cpu_isa"]
+    return f"CPU instruction set: ours {isa['ours']}; reference {isa['reference']}"
+
+
+def _besides(result: dict, all_conditions: bool) -> list[str]:
+    """The runs left out by design, and the settings and conditions that differ."""
+    lines = []
     if result.get("differ_by_design"):
         lines.append(
             f"different by design, not counted: {', '.join(result['differ_by_design'])}"
             " (compute.cpu_reduction_order: random, the gpu group's emulation of "
             "nondeterministic GPU kernels)"
         )
-    if result["numeric_conditions_differing"]:
-        lines.append(
-            "conditions that change numbers and differ: "
-            + ", ".join(result["numeric_conditions_differing"])
-        )
-    if result["conditions_differing"]:
+    lines += chains.differing_lines(result)
+    if all_conditions and result["conditions_differing"]:
         lines.append("all conditions that differ: " + ", ".join(result["conditions_differing"]))
-    return "\n".join(lines)
+    return lines
 
 
 def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
@@ -192,20 +254,7 @@ def spot_check_summary(result: dict) -> str:
             f"verify: DIFFERENT: {result['run']} retrained {origin} leaves the "
             f"reference at step {first['step']} ({first['file']}: "
             f"{', '.join(first['fields'])})",
-            f"CPU instruction set: ours {result['cpu_isa']['ours']}; reference "
-            f"{result['cpu_isa']['reference']}",
-            "next: `reprodqn trace` on both machines from a resume point before that "
-            "step, then `reprodqn trace-diff`, names the first differing op",
+            _isa_line(result),
+            NEXT,
         ]
-    if result.get("differ_by_design"):
-        lines.append(
-            f"different by design, not counted: {', '.join(result['differ_by_design'])}"
-            " (compute.cpu_reduction_order: random, the gpu group's emulation of "
-            "nondeterministic GPU kernels)"
-        )
-    if result["numeric_conditions_differing"]:
-        lines.append(
-            "conditions that change numbers and differ: "
-            + ", ".join(result["numeric_conditions_differing"])
-        )
-    return "\n".join(lines)
+    return "\n".join(lines + _besides(result, all_conditions=False))
