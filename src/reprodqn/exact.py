@@ -82,12 +82,18 @@ def cpu_floor(floor: str = "portable") -> dict:
     `import torch`: the libraries choose their kernels at the first op."""
     if floor not in isa.FLOORS:
         raise InputError(f"cpu_isa: {floor!r}; expected one of {', '.join(isa.FLOORS)}")
-    return isa.apply(floor)
+    applied = isa.apply(floor)
+    _FLOOR_APPLIED[:] = [floor]
+    return applied
+
+
+_FLOOR_APPLIED: list[str] = []  # what cpu_floor() pinned in this process: setup()'s default
+DEVICES = ("cpu", "cuda", "auto")
 
 
 def setup(
     threads: int = 1,
-    cpu_isa: str = "portable",
+    cpu_isa: str | None = None,
     device: str = "cpu",
     deterministic_gpu: bool = True,
 ) -> Setup:
@@ -98,12 +104,16 @@ def setup(
 
     Args:
         threads: torch's intra-op threads (results depend on it); OMP/MKL get the same.
-        cpu_isa: "portable" (AVX2, Intel and AMD alike), "avx2", "avx512" or "native".
+        cpu_isa: "portable" (AVX2, Intel and AMD alike), "avx2", "avx512" or "native";
+            default: the floor cpu_floor() pinned, else "portable".
         device: "cpu", "cuda" or "auto".
         deterministic_gpu: deterministic algorithms and cuDNN, cuBLAS's fixed workspace.
     """
-    if threads < 1:
-        raise InputError(f"threads: {threads}; expected at least 1")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise InputError(f"threads: {threads!r}; expected a whole number, at least 1")
+    if device not in DEVICES:
+        raise InputError(f"device: {device!r}; expected one of {', '.join(DEVICES)}")
+    cpu_isa = cpu_isa or (_FLOOR_APPLIED[0] if _FLOOR_APPLIED else "portable")
     cpu_floor(cpu_isa)
     for name in isa.THREAD_ENV:  # inherited by any worker the script starts
         os.environ[name] = str(threads)
@@ -202,6 +212,9 @@ class JsonLog:
     def set_state(self, state: dict) -> None:
         truncate(self.path, int(state["bytes"]))
 
+    def start_over(self) -> None:
+        self.set_state({"bytes": 0})
+
 
 class HashChain:
     """A run's record of what it computed, in `directory`: every loss folded into a chain
@@ -252,6 +265,10 @@ class HashChain:
         self.updates = int(state["updates"])
         self.log.set_state(state)
 
+    def start_over(self) -> None:
+        """As at the run's start: no loss folded in, no line written."""
+        self.set_state({"loss_chain": EMPTY_CHAIN, "updates": 0, "bytes": 0})
+
 
 # ---------------------------------------------------------------------------------------------
 # Resume points
@@ -262,10 +279,10 @@ def save_resume_point(run: str | Path, step: int, parts: Mapping[str, Any]) -> N
     atomically: a kill at any moment leaves the previous point intact. A part is a module,
     an optimizer, anything with get_state()/set_state() or state_dict()/load_state_dict(),
     a list of such (a vector of environments), or plain values (numbers, strings, numpy
-    arrays, tensors, dicts of them)."""
-    from reprodqn.determinism import resume
+    arrays, tensors, lists and dicts of them); anything else is refused, naming it."""
+    from reprodqn.determinism import resume, resume_parts
 
-    state = {name: _state_of(part) for name, part in parts.items()}
+    state = {name: resume_parts.state_of(name, part) for name, part in parts.items()}
     resume.save(workspace.resume_dir(Path(run)), step, state)
 
 
@@ -273,57 +290,27 @@ def load_resume_point(
     run: str | Path, parts: Mapping[str, Any], device: str = "cpu"
 ) -> dict | None:
     """Restore the parts from the run's latest resume point, every file checked against its
-    SHA-256 first; returns the saved states by name (plain values are read from here), or
-    None when there is no point yet. Arrays come back memory-mapped and read-only."""
+    SHA-256 first, arrays, tensors and lists in place; returns the saved states by name
+    (read plain numbers from here). With no point yet it returns None and empties the logs
+    and chains among the parts: a run killed before its first point starts over as it
+    began, not after what it had written."""
     import torch
 
-    from reprodqn.determinism import resume
+    from reprodqn.determinism import resume, resume_parts
 
     point = resume.load(workspace.resume_dir(Path(run)), torch.device(device))
     if point is None:
+        for part in parts.values():
+            for log in part if isinstance(part, list | tuple) else [part]:
+                if isinstance(log, JsonLog | HashChain):
+                    log.start_over()
         return None
     missing = set(parts) - set(point.state)
     if missing:
         raise InputError(f"{point.path}: resume point has no state for {sorted(missing)}")
     for name, part in parts.items():
-        _restore(part, point.state[name])
+        resume_parts.restore(name, part, point.state[name])
     return point.state
-
-
-def _state_of(part: Any) -> Any:
-    import torch
-
-    if isinstance(part, list | tuple):
-        return {str(index): _state_of(item) for index, item in enumerate(part)}
-    if isinstance(part, torch.optim.Optimizer):
-        state = part.state_dict()  # JSON keys are strings: the slots' integer ids as text
-        return {"state": {str(k): v for k, v in state["state"].items()}, **_groups(state)}
-    if hasattr(part, "get_state") and hasattr(part, "set_state"):
-        return part.get_state()
-    if hasattr(part, "state_dict") and hasattr(part, "load_state_dict"):
-        return part.state_dict()
-    return part
-
-
-def _groups(state: dict) -> dict:
-    return {"param_groups": json.loads(json.dumps(state["param_groups"]))}
-
-
-def _restore(part: Any, state: Any) -> None:
-    import torch
-
-    if isinstance(part, list | tuple):
-        if len(state) != len(part):
-            raise InputError(f"resume point holds {len(state)} states for {len(part)} parts")
-        for index, item in enumerate(part):
-            _restore(item, state[str(index)])
-    elif isinstance(part, torch.optim.Optimizer):
-        slots = {int(k): v for k, v in state["state"].items()}
-        part.load_state_dict({"state": slots, "param_groups": state["param_groups"]})
-    elif hasattr(part, "get_state") and hasattr(part, "set_state"):
-        part.set_state(state)
-    elif hasattr(part, "state_dict") and hasattr(part, "load_state_dict"):
-        part.load_state_dict(state)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,19 +331,34 @@ class _ComputeRecord:
         return getattr(self.process, name)
 
 
+def _script_sha256() -> str | None:
+    """The running script's SHA-256 (None from an interactive session): a run folder is
+    resumed only by the code that began it. Modules it imports are not covered."""
+    from reprodqn.core.digests import sha256_file
+
+    script = Path(sys.argv[0])
+    return sha256_file(script) if script.suffix == ".py" and script.is_file() else None
+
+
 def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) -> dict:
     """Make the run directory, or check that an existing one holds a run of this very
-    config (a different one is refused: results never mix), and record the command that
+    config and script (another is refused: results never mix), and record the command that
     runs it (what `reprodqn verify RUN --until STEP` runs again), the conditions, the SBOM
     and the numerics settings. Returns the conditions record."""
     from reprodqn.determinism import provenance, sbom
 
     directory = Path(directory)
     config = json.loads(json.dumps(dict(config), default=str))
-    digest = json_digest(config)
+    digest, script = json_digest(config), _script_sha256()
     recorded = directory / workspace.RUN_CONFIG
     if recorded.exists():
         theirs = read_json(recorded, "run config")
+        if None not in (script, theirs.get("script_sha256")) and theirs["script_sha256"] != script:
+            raise InputError(
+                f"{directory}: holds a run of another version of {sys.argv[0]} (its SHA-256 "
+                "differs: a resumed run would mix two codes); give another directory or "
+                "remove it"
+            )
         if theirs.get("digest") != digest:
             changed = sorted(
                 k
@@ -369,7 +371,8 @@ def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) 
             )
     directory.mkdir(parents=True, exist_ok=True)
     command = {"script": sys.argv[0], "arguments": sys.argv[1:], "cwd": os.getcwd()}
-    write_json(recorded, {"digest": digest, "config": config, "command": command})
+    record = {"digest": digest, "config": config, "command": command, "script_sha256": script}
+    write_json(recorded, record)
     conditions = provenance.collect(_ComputeRecord(process))
     write_json(directory / workspace.CONDITIONS, conditions)
     write_json(directory / workspace.DETERMINISM, process.applied)

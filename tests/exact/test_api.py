@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 import reprodqn.envs.breakout  # noqa: F401  (registers the envs)
 from reprodqn import exact
 from reprodqn.core.errors import InputError
+from reprodqn.determinism import isa
 from reprodqn.forensics import chains
 from tests.helpers import cli_env
 
@@ -106,7 +108,58 @@ def test_a_resume_point_restores_modules_optimizers_envs_and_plain_values(tmp_pa
         exact.load_resume_point(tmp_path, {"other": net2})
 
 
-def test_a_run_folder_refuses_another_config_and_records_its_conditions(tmp_path):
+def test_a_run_killed_before_its_first_resume_point_starts_over_as_it_began(tmp_path):
+    """No point yet: the chain and logs the killed run wrote are emptied, not appended to."""
+    net = torch.nn.Linear(2, 2)
+
+    def run(directory, losses):
+        chain, log = exact.HashChain(directory), exact.JsonLog(directory / "returns.jsonl")
+        assert exact.load_resume_point(directory, {"chain": chain, "log": log}) is None
+        chain.checkpoint(0, net)
+        for step, loss in enumerate(losses, 1):
+            chain.extend(loss)
+            log.write({"step": step, "loss": loss})
+            chain.checkpoint(step, net)
+
+    run(tmp_path / "whole", [1.0, 2.0, 3.0])
+    run(tmp_path / "killed", [1.0, 2.0])  # killed here, before any resume point
+    run(tmp_path / "killed", [1.0, 2.0, 3.0])
+    for name in ("hashes.jsonl", "returns.jsonl"):
+        whole, again = ((tmp_path / d / name).read_text() for d in ("whole", "killed"))
+        assert whole == again and whole.count("\n") >= 3
+
+
+def test_arrays_tensors_and_lists_come_back_in_place_and_the_unsavable_is_named(tmp_path):
+    replay, weights, counts = np.arange(6.0).reshape(2, 3), torch.ones(3), [1, 2]
+    exact.save_resume_point(
+        tmp_path,
+        1,
+        {"replay": replay, "weights": weights, "counts": counts, "episode": np.int64(7)},
+    )
+    replay[:], counts[:] = -1, []
+    weights.zero_()
+    saved = exact.load_resume_point(
+        tmp_path, {"replay": replay, "weights": weights, "counts": counts}
+    )
+    assert np.array_equal(replay, np.arange(6.0).reshape(2, 3)) and replay.flags.writeable
+    assert torch.equal(weights, torch.ones(3)) and counts == [1, 2]
+    assert saved is not None and saved["episode"] == 7
+    with pytest.raises(InputError, match=r"replay: resume point holds float64 \(2, 3\)"):
+        exact.load_resume_point(tmp_path, {"replay": np.zeros(4)})
+    env = gym.make("CartPole-v1")
+    with pytest.raises(InputError, match="^env: a TimeLimit cannot be saved in a resume point"):
+        exact.save_resume_point(tmp_path / "env", 1, {"env": env})
+    with pytest.raises(InputError, match=r"^counters: key 'a/b'"):
+        exact.save_resume_point(tmp_path / "slash", 1, {"counters": {"a/b": 1}})
+    assert not (tmp_path / "env").exists() and not (tmp_path / "slash").exists()
+
+
+def test_a_run_folder_refuses_another_config_or_script_and_records_its_conditions(
+    tmp_path, monkeypatch
+):
+    script = tmp_path / "train.py"
+    script.write_text("LOSS = 'mse'\n")
+    monkeypatch.setattr(sys, "argv", [str(script), "--out", str(tmp_path)])
     process = exact.Setup(torch.device("cpu"), 1, "native", True)
     conditions = exact.start_run(tmp_path, {"lr": 0.1, "seed": 1}, process)
     assert conditions["numerics"]["torch_threads"] == 1
@@ -116,6 +169,9 @@ def test_a_run_folder_refuses_another_config_and_records_its_conditions(tmp_path
     exact.start_run(tmp_path, {"lr": 0.1, "seed": 1}, process)  # the same run, resumed
     with pytest.raises(InputError, match=r"different config \(lr\)"):
         exact.start_run(tmp_path, {"lr": 0.2, "seed": 1}, process)
+    script.write_text("LOSS = 'l1'\n")  # the code changed: its results are not resumed
+    with pytest.raises(InputError, match=r"another version of .*train\.py"):
+        exact.start_run(tmp_path, {"lr": 0.1, "seed": 1}, process)
 
 
 def test_the_cpu_floor_is_refused_after_torch_has_chosen_its_kernels():
@@ -126,6 +182,27 @@ def test_the_cpu_floor_is_refused_after_torch_has_chosen_its_kernels():
         exact.cpu_floor(wanted)
     with pytest.raises(InputError, match="cpu_isa: 'sse'"):
         exact.cpu_floor("sse")
+
+
+def test_setup_keeps_the_floor_cpu_floor_pinned_and_refuses_bad_settings_in_one_line():
+    script = (
+        "from reprodqn import exact\n"
+        "exact.cpu_floor('avx2')\n"
+        "import torch\n"
+        "print(exact.setup().cpu_isa)\n"
+    )
+    env = {k: v for k, v in cli_env().items() if k not in isa.KNOBS}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "avx2"
+    for settings, message in (
+        ({"threads": "2"}, "threads: '2'; expected a whole number"),
+        ({"threads": 2.5}, "threads: 2.5; expected a whole number"),
+        ({"device": "gpu"}, "device: 'gpu'; expected one of cpu, cuda, auto"),
+    ):
+        with pytest.raises(InputError, match=message):
+            exact.setup(**settings)
 
 
 def _chain(root, losses):
@@ -183,3 +260,42 @@ def test_verify_skips_scratch_copies_names_the_settings_and_refuses_itself(tmp_p
     assert "settings that differ: seed (ours 1, reference 2)" in chains.summary(result)
     with pytest.raises(InputError, match="the same folder as"):
         chains.compare(tmp_path / "a", tmp_path / "a" / ".")
+
+
+SCRIPT = """
+import argparse, json, os, pathlib
+import torch
+from reprodqn import exact
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", type=pathlib.Path)
+parser.add_argument("--until", type=int, default=3)
+args = parser.parse_args()
+chain = exact.HashChain(args.out)
+for step in range(args.until + 1):
+    chain.extend([float(step)])
+    chain.checkpoint(step, {"w": torch.full((1,), float(step))})
+(args.out / "knob.json").write_text(json.dumps(os.environ.get("ONEDNN_MAX_CPU_ISA")))
+"""
+
+
+def test_a_rerun_writes_where_it_was_told_with_the_shells_cpu_knobs(tmp_path, monkeypatch):
+    """A relative --scratch is this directory's, not the script's recorded one; the
+    script gets the user's environment, not the floor verify applied for itself."""
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "train.py").write_text(SCRIPT)
+    run = study / "runs" / "0"
+    env = {k: v for k, v in cli_env().items() if k != "ONEDNN_MAX_CPU_ISA"}
+    subprocess.run([sys.executable, "train.py", "--out", "runs/0"], cwd=study, env=env, check=True)
+    command = {"script": "train.py", "arguments": ["--out", "runs/0"], "cwd": str(study)}
+    (run / "config.json").write_text(json.dumps({"config": {}, "command": command}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for name, value in cli_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # as verify's own floor sets it
+    monkeypatch.setitem(isa.STARTED_WITH, "ONEDNN_MAX_CPU_ISA", None)
+    result = chains.rerun(run, 2, Path("scratch"))
+    assert result["identical"] and result["records_compared"] == 3
+    assert json.loads((elsewhere / "scratch" / "knob.json").read_text()) is None

@@ -85,3 +85,10 @@ def stage(sub, name: str, help_text: str, handler) -> argparse.ArgumentParser:
     add_params_arguments(p)
     p.set_defaults(handler=handler)
     return p
+
+
+def positive_int(text: str) -> int:
+    """argparse's type for a count or a step: 0 or less would silently mean something else."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from reprodqn.cli.common import load as _load
+from reprodqn.cli.common import positive_int
 from reprodqn.cli.common import stage as _stage
 from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
@@ -113,6 +114,8 @@ def cmd_verify(args) -> int:
         )
         print(verify.spot_check_summary(result))
         return 0 if result["identical"] else 1
+    if args.until is not None:
+        raise InputError("verify --until: only with --rerun GROUP/RUN or one result folder")
     params = _load(args)
     result = verify.verify(args.root, args.reference, params.study)
     print(verify.summary(result))
@@ -169,7 +172,12 @@ def _add_verify(sub) -> None:
         help="two result folders of any script that keeps reprodqn.exact's hash chain",
     )
     p.add_argument("--reference", type=Path, help="another workspace or an unpacked bundle")
-    p.add_argument("--root", type=Path, default=Path("."))
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=Path("."),
+        help="with --reference: the workspace to check (default: this directory)",
+    )
     p.add_argument(
         "--rerun",
         default=None,
@@ -178,7 +186,7 @@ def _add_verify(sub) -> None:
     )
     p.add_argument(
         "--until",
-        type=int,
+        type=positive_int,
         default=None,
         metavar="STEP",
         help="with --rerun, or one result folder: the step to retrain to",

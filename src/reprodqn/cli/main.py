@@ -12,7 +12,7 @@ from pathlib import Path
 
 from reprodqn.cli import forensics, tools
 from reprodqn.cli.common import load as _load
-from reprodqn.cli.common import resolve_params_path
+from reprodqn.cli.common import positive_int, resolve_params_path
 from reprodqn.cli.common import stage as _stage
 from reprodqn.core import lifeline, storage, workspace
 from reprodqn.core.errors import InputError, MachineError
@@ -226,13 +226,6 @@ def cmd_report(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-def positive_int(text: str) -> int:
-    """argparse's type for a count of processes: 0 would silently mean the default."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return int(text)
 
 
 def _run_arguments(p, what: str) -> None:

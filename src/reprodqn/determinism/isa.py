@@ -74,6 +74,21 @@ def machine_flags() -> set[str]:
     return set(fields.get("flags", fields.get("Features", "")).split())
 
 
+STARTED_WITH = {knob: os.environ.get(knob) for knob in KNOBS}  # before this process set any
+
+
+def environment_as_started() -> dict[str, str]:
+    """This process's environment with the floor's knobs as the user's shell gave them,
+    for a script it runs that applies its own floor ("native" sets none)."""
+    environment = dict(os.environ)
+    for knob, value in STARTED_WITH.items():
+        if value is None:
+            environment.pop(knob, None)
+        else:
+            environment[knob] = value
+    return environment
+
+
 def apply(floor: str) -> dict[str, str | None]:
     """Set the floor's knobs and cuBLAS's deterministic workspace in this process's
     environment (inherited by every worker), after checking the CPU reaches the floor and

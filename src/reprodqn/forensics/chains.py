@@ -17,6 +17,7 @@ from pathlib import Path
 from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
 from reprodqn.core.errors import InputError
+from reprodqn.determinism import isa
 from reprodqn.determinism.provenance import differences, fingerprint_fields
 
 CHAIN_FIELDS = {key: name for name, key in workspace.CHAINS.items()} | {"updates": "updates"}
@@ -154,18 +155,23 @@ def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> d
     """Run the command that wrote `run` (its config.json's, recorded by exact.start_run)
     again here, into `scratch` and only up to step `until` (the script's own `--out` and
     `--until`), and compare the chain it writes with the start of `run`'s."""
-    run, scratch = Path(run), Path(scratch)
+    run, scratch = Path(run), Path(scratch).resolve()  # the script runs in its own cwd
     command = read_json(run / workspace.RUN_CONFIG, "run config").get("command")
     if not command:
         raise InputError(f"{run}: its config.json records no command (exact.start_run writes it)")
     cwd = Path(command["cwd"]) if Path(command["cwd"]).is_dir() else Path.cwd()
-    path = Path(script) if script is not None else cwd / command["script"]
+    path = Path(script).resolve() if script is not None else cwd / command["script"]
     if not path.is_file():
         raise InputError(f"{path}: the script that wrote {run} is not here (give --script PATH)")
     if scratch.exists() and any(scratch.iterdir()):
         raise InputError(f"{scratch}: not empty (the rerun writes a fresh run; give --scratch)")
     arguments = _out_and_until(command["arguments"], run, scratch, until)
-    done = subprocess.run([sys.executable, str(path), *arguments], cwd=cwd, stdout=sys.stderr)
+    done = subprocess.run(
+        [sys.executable, str(path), *arguments],
+        cwd=cwd,
+        stdout=sys.stderr,
+        env=isa.environment_as_started(),  # not the floor this command applied for itself
+    )
     if done.returncode != 0:
         raise InputError(f"{path}: exited {done.returncode} rerunning {run} to step {until}")
     ours, theirs = workspace.read_hashes(scratch), workspace.read_hashes(run)
