@@ -194,6 +194,15 @@ def chain_losses(chain: str, losses: np.ndarray) -> str:
     return state.hex()
 
 
+def _float32(value):
+    """A tensor of any dtype (bfloat16 included), gradient or not, as float32 numbers."""
+    if hasattr(value, "detach"):
+        import torch  # loaded already: this is one of its tensors
+
+        return value.detach().to("cpu", torch.float32).numpy()
+    return value
+
+
 class JsonLog:
     """An append-only JSON-lines log (one record a line, flushed to disk) whose resume
     state is its length: restored, the lines written after the resume point are cut off,
@@ -229,10 +238,15 @@ class HashChain:
         self.updates = 0
 
     def extend(self, losses) -> None:
-        """Fold losses in, in order (a float, a sequence, an array or a tensor)."""
-        if hasattr(losses, "detach"):
-            losses = losses.detach().cpu().numpy()
-        losses = np.atleast_1d(np.asarray(losses, dtype=np.float32))
+        """Fold losses in, in order (a float, a sequence, an array or a tensor of any float
+        dtype), each as the float32 nearest it."""
+        if losses is None:
+            raise InputError("HashChain.extend: got None (expected the losses to chain)")
+        items = losses if isinstance(losses, list | tuple) else [losses]
+        losses = np.concatenate(
+            [np.atleast_1d(np.asarray(_float32(item), dtype=np.float32)) for item in items]
+            or [np.zeros(0, np.float32)]
+        )
         self.loss_chain = chain_losses(self.loss_chain, losses)
         self.updates += losses.size
 

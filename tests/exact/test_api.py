@@ -108,6 +108,24 @@ def test_a_resume_point_restores_modules_optimizers_envs_and_plain_values(tmp_pa
         exact.load_resume_point(tmp_path, {"other": net2})
 
 
+def test_the_chain_takes_any_float_dtype_and_tensors_with_gradients(tmp_path):
+    """bfloat16 losses and weights are chained as the float32 numbers they are; a list of
+    losses that require grad is chained as its values; None is refused."""
+    values = [0.5, 1.25, -3.0]  # exact in bfloat16
+    as_floats, as_bf16 = exact.HashChain(tmp_path / "f"), exact.HashChain(tmp_path / "b")
+    as_floats.extend(values)
+    as_bf16.extend(torch.tensor(values, dtype=torch.bfloat16))
+    assert as_floats.loss_chain == as_bf16.loss_chain
+    weight = torch.tensor([2.0], requires_grad=True)
+    as_floats.extend([weight * 1.0, weight * 2.0])
+    as_bf16.extend([4.0, 2.0])
+    assert as_floats.loss_chain != as_bf16.loss_chain and as_floats.updates == 5
+    line = as_bf16.checkpoint(0, {"w": torch.ones(2, dtype=torch.bfloat16)})
+    assert len(line["weights_sha256"]) == 64
+    with pytest.raises(InputError, match="got None"):
+        as_floats.extend(None)
+
+
 def test_a_run_killed_before_its_first_resume_point_starts_over_as_it_began(tmp_path):
     """No point yet: the chain and logs the killed run wrote are emptied, not appended to."""
     net = torch.nn.Linear(2, 2)

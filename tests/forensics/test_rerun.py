@@ -157,8 +157,9 @@ def _cli(*args, cwd):
         (["--rerun", "deterministic/0", "--until", "9999"], "has only 600 steps"),
         (
             ["--rerun", "deterministic/0", "--until", "200", "--set", "agent.discount=0.9"],
-            "mismatched params",
+            "mismatched params: agent.discount (here 0.9, shipped 0.99))",
         ),
+        (["--rerun", "minibatch/7", "--until", "200"], "--rerun minibatch/7: expected 0.."),
     ],
 )
 def test_spot_check_bad_input_is_one_line(shipped, tmp_path, args, message):

@@ -132,6 +132,7 @@ def test_a_lowered_instruction_set_is_named_at_its_first_numerics_op(workdir):
     assert first["module"].startswith(("online.layers", "target.layers"))
     assert out.stdout.splitlines()[1].startswith(f"first difference: update {first['update']}")
     assert "compute.cpu_isa: A portable, B native" in out.stdout
+    assert 'environment.ONEDNN_MAX_CPU_ISA (A "AVX2", B "SSE41")' in out.stdout
 
 
 def test_the_diff_names_actions_and_start_states(config, tmp_path):
@@ -169,6 +170,8 @@ def test_trace_diff_bad_input_is_one_line(config, tmp_path, case):
 
 
 def test_trace_refuses_a_missing_or_mismatched_resume_point(config, tiny_params, tmp_path):
+    with pytest.raises(InputError, match=f"the run has only {config.train.steps} steps"):
+        _trace(config, tmp_path / "a.jsonl", from_step=config.train.steps)
     with pytest.raises(InputError, match="no resume point there"):
         _trace(config, tmp_path / "a.jsonl", from_step=300, resume_dir=tmp_path / "nothing")
     other = resolve_run(tiny_params("agent.discount=0.9"), "deterministic", 0)

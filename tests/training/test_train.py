@@ -252,7 +252,11 @@ def test_changed_params_refuse_an_existing_run_unless_restarted(reference, tmp_p
     from reprodqn.config.params import load_params
 
     changed = load_params(PARAMS, [*TINY, "agent.discount=0.9"])
-    with pytest.raises(InputError, match="trained with different params"):
+    with pytest.raises(
+        InputError,
+        match=r"different params \(digest \w+, now \w+\): "
+        r"agent\.discount \(now 0\.9, recorded 0\.99\);",
+    ):
         train_tiny(changed, copy)
     assert read_hashes(copy) == chain
     config = resolve_run(changed, "deterministic", 0)

@@ -27,7 +27,7 @@ def weights_sha256(tensors: dict[str, torch.Tensor]) -> str:
         tensor = tensors[name].detach().cpu().contiguous()
         header = json.dumps([name, str(tensor.dtype), list(tensor.shape)])
         digest.update(header.encode())
-        digest.update(tensor.numpy().tobytes())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())  # any dtype
     return digest.hexdigest()
 
 

@@ -11,6 +11,7 @@ unrelated package, keeps it; a different GPU or torch build changes it and retra
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -276,6 +277,23 @@ def differences(ours: dict, theirs: dict, prefix: str = "") -> list[str]:
         elif a != b:
             changed.append(path)
     return changed
+
+
+def differing_values(ours: dict, theirs: dict, labels=("ours", "reference")) -> list[str]:
+    """`path (ours X, reference Y)` for each dotted path whose values differ, values cut
+    to a readable length."""
+
+    def shown(record: dict, path: str) -> str:
+        found: object = record
+        for key in path.split("."):
+            found = found.get(key) if isinstance(found, dict) else None
+        text = "absent" if found is None else json.dumps(found)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    return [
+        f"{path} ({labels[0]} {shown(ours, path)}, {labels[1]} {shown(theirs, path)})"
+        for path in differences(ours, theirs)
+    ]
 
 
 def write_conditions(compute_config, out_dir: Path) -> dict:

@@ -7,7 +7,6 @@ checks a PPO script's replication as it checks reprodqn's own runs."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
-from reprodqn.determinism.provenance import differences, fingerprint_fields
+from reprodqn.determinism.provenance import differing_values, fingerprint_fields
 
 CHAIN_FIELDS = {key: name for name, key in workspace.CHAINS.items()} | {"updates": "updates"}
 
@@ -117,8 +116,7 @@ def numeric_conditions_differing(ours: Path, theirs: Path) -> list[str]:
     records = _both(ours, theirs, workspace.CONDITIONS, "conditions record")
     if records is None:
         return []
-    ours_fields, theirs_fields = map(fingerprint_fields, records)
-    return with_values(differences(ours_fields, theirs_fields), ours_fields, theirs_fields)
+    return differing_values(*map(fingerprint_fields, records))
 
 
 def config_differences(ours: Path, theirs: Path) -> list[str]:
@@ -127,8 +125,7 @@ def config_differences(ours: Path, theirs: Path) -> list[str]:
     records = _both(ours, theirs, workspace.RUN_CONFIG, "run config")
     if records is None:
         return []
-    ours_config, theirs_config = (record.get("config") or {} for record in records)
-    return with_values(differences(ours_config, theirs_config), ours_config, theirs_config)
+    return differing_values(*(record.get("config") or {} for record in records))
 
 
 def _both(ours: Path, theirs: Path, name: str, what: str) -> list[dict] | None:
@@ -136,19 +133,6 @@ def _both(ours: Path, theirs: Path, name: str, what: str) -> list[dict] | None:
     if not all(path.exists() for path in paths):
         return None
     return [read_json(path, what) for path in paths]
-
-
-def with_values(paths: list[str], ours: dict, theirs: dict) -> list[str]:
-    """`key (ours X, reference Y)` for each dotted key, values cut to a readable length."""
-
-    def value(record: dict, path: str) -> str:
-        found: object = record
-        for key in path.split("."):
-            found = found.get(key) if isinstance(found, dict) else None
-        text = "absent" if found is None else json.dumps(found)
-        return text if len(text) <= 40 else text[:37] + "..."
-
-    return [f"{path} (ours {value(ours, path)}, reference {value(theirs, path)})" for path in paths]
 
 
 def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> dict:

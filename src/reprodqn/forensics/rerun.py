@@ -34,16 +34,25 @@ def shipped_config(
     params_path = reference / "params.yaml"
     if not params_path.exists():
         params_path = fallback
-    config = resolve_run(load_params(params_path, overrides), group, run)
+    try:
+        config = resolve_run(load_params(params_path, overrides), group, run)
+    except InputError as error:  # resolve_run speaks of --group and --run
+        raise InputError(f"--rerun {group}/{run}: {str(error).split(': ', 1)[-1]}") from None
     recorded_path = workspace.run_dir(reference / workspace.RUNS, group, run) / workspace.RUN_CONFIG
     if not recorded_path.exists():
         raise InputError(f"{recorded_path}: not found; the reference has no run {group}/{run}")
-    recorded = read_json(recorded_path, "run config").get("digest")
-    if recorded != config.digest():
+    recorded = read_json(recorded_path, "run config")
+    if recorded.get("digest") != config.digest():
+        from reprodqn.determinism.provenance import differing_values
+
+        changed = differing_values(
+            config.model_dump(mode="json"), recorded.get("config") or {}, ("here", "shipped")
+        )
         raise InputError(
             f"{params_path}: its params give {group}/{run} digest "
             f"{config.digest()[:12]}, but {recorded_path} records "
-            f"{str(recorded)[:12]} (mismatched params)"
+            f"{str(recorded.get('digest'))[:12]} (mismatched params"
+            + (f": {'; '.join(changed)})" if changed else ")")
         )
     return config
 

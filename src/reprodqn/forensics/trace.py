@@ -257,6 +257,10 @@ def trace(
         raise InputError(
             f"trace: expected --updates >= 1 and --from-resume >= 0, got {updates} and {from_step}"
         )
+    if from_step >= config.train.steps:  # found out only after retraining the whole run
+        raise InputError(
+            f"trace --from-resume {from_step}: the run has only {config.train.steps} steps"
+        )
     if config.train.actors > config.agent.update_every:  # a line per update needs at most one
         raise InputError(
             f"trace: train.actors ({config.train.actors}) above "

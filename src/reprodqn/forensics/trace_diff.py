@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from reprodqn.core.errors import InputError
+from reprodqn.determinism.provenance import differing_values
 from reprodqn.forensics.trace import FORMAT
 
 # what each output of a multi-output op is, for naming the one that differs
@@ -125,11 +126,7 @@ def compare(path_a: Path, path_b: Path) -> dict:
         for k in set(header_a["compute"]) | set(header_b["compute"])
         if header_a["compute"].get(k) != header_b["compute"].get(k)
     )
-    numerics = sorted(
-        k
-        for k in set(header_a["numerics"]) | set(header_b["numerics"])
-        if header_a["numerics"].get(k) != header_b["numerics"].get(k)
-    )
+    numerics = differing_values(header_a["numerics"], header_b["numerics"], ("A", "B"))
     return {
         "headers": (header_a, header_b),
         "updates": (len(a), len(b)),
@@ -209,5 +206,5 @@ def summary(result: dict) -> str:
     for key, (a, b) in result["compute_differing"].items():
         lines.append(f"compute.{key}: A {a}, B {b}")
     if result["numerics_differing"]:
-        lines.append("numeric conditions that differ: " + ", ".join(result["numerics_differing"]))
+        lines.append("numeric conditions that differ: " + "; ".join(result["numerics_differing"]))
     return "\n".join(lines)

@@ -134,7 +134,7 @@ def _described(ours: Path, reference: Path, group: str, run: int) -> dict:
 def conditions_differing(ours: dict | None, theirs: dict | None) -> dict:
     """Which conditions differ (those that change numbers apart, with both values), and
     each side's ISA."""
-    from reprodqn.determinism.provenance import differences, fingerprint_fields
+    from reprodqn.determinism.provenance import differences, differing_values, fingerprint_fields
 
     found: dict = {
         "conditions_differing": [],
@@ -143,8 +143,9 @@ def conditions_differing(ours: dict | None, theirs: dict | None) -> dict:
     }
     if ours is not None and theirs is not None:
         found["conditions_differing"] = differences(ours, theirs)
-        numeric = fingerprint_fields(ours), fingerprint_fields(theirs)
-        found["numeric_conditions_differing"] = chains.with_values(differences(*numeric), *numeric)
+        found["numeric_conditions_differing"] = differing_values(
+            fingerprint_fields(ours), fingerprint_fields(theirs)
+        )
     return found
 
 

@@ -26,7 +26,7 @@ import torch
 
 from reprodqn.config.params import RunConfig
 from reprodqn.core import run_lock, storage, workspace
-from reprodqn.core.atomic import append_line, truncate, write_json
+from reprodqn.core.atomic import append_line, read_json, truncate, write_json
 from reprodqn.core.errors import InputError
 from reprodqn.core.events import (
     CheckpointWritten,
@@ -177,8 +177,10 @@ def prepare_run_dir(config: RunConfig, run_dir: Path, restart: bool, fingerprint
     conditions (or discard it on request): results never mix either."""
     stale = workspace.stale_reason(run_dir, config.digest(), fingerprint)
     if stale and not restart:
+        changed = _changed_params(run_dir, config)
         raise InputError(
-            f"{run_dir}: holds a run trained with {stale}; rerun with --restart to discard it"
+            f"{run_dir}: holds a run trained with {stale}{changed}; rerun with --restart to "
+            "discard it"
         )
     if stale or (restart and not (run_dir / workspace.RUN_CONFIG).exists() and run_dir.exists()):
         for child in run_dir.iterdir():  # all but the lock this process holds
@@ -193,6 +195,17 @@ def prepare_run_dir(config: RunConfig, run_dir: Path, restart: bool, fingerprint
             "config": config.model_dump(mode="json"),
         },
     )
+
+
+def _changed_params(run_dir: Path, config: RunConfig) -> str:
+    """The params that differ from those the run was trained with, named with both values."""
+    from reprodqn.determinism.provenance import differing_values
+
+    recorded = read_json(run_dir / workspace.RUN_CONFIG, "run config").get("config")
+    if not isinstance(recorded, dict):
+        return ""
+    changed = differing_values(config.model_dump(mode="json"), recorded, ("now", "recorded"))
+    return f": {'; '.join(changed)}" if changed else ""
 
 
 def train(
