@@ -95,6 +95,34 @@ def test_citation_is_valid_cff_with_the_commit_date(unpacked):
     assert root["datePublished"] == doc["date-released"]  # never the clock's time
 
 
+def test_a_workspace_without_a_checkout_ships_the_installed_package_as_its_code(tmp_path):
+    """`reprodqn init`'s workspace has no src/: the code that made its results is the
+    installed package, which the archive then holds byte for byte, in the manifest and crate."""
+    from reprodqn.core.packaged import package_files
+
+    root = tmp_path / "study"
+    for name, text in STUDY_FILES.items():
+        if not name.startswith("src/"):
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+    shutil.copy(ROOT / "CITATION.cff", root / "CITATION.cff")
+    out = tmp_path / "dist" / "bundle.tar.gz"
+    bundle.write(root, out, checkpoints=False)
+    with tarfile.open(out) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    unpacked = tmp_path / "unpacked" / bundle.ROOT
+    shipped = unpacked / bundle.INSTALLED_CODE
+    installed = package_files()
+    assert {p.relative_to(shipped).as_posix() for p in shipped.rglob("*") if p.is_file()} == set(
+        installed
+    )
+    assert (shipped / "exact.py").read_bytes() == installed["exact.py"].read_bytes()
+    assert f"{bundle.INSTALLED_CODE}/exact.py" in manifest(unpacked)
+    assert bundle.check_manifest(unpacked) == []
+    crate = json.loads((unpacked / "ro-crate-metadata.json").read_text())
+    assert any(e["@id"] == f"{bundle.INSTALLED_CODE}/exact.py" for e in crate["@graph"])
+
+
 def test_the_same_workspace_gives_the_same_bundle(tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     root = tmp_path / "study"

@@ -96,13 +96,21 @@ def version() -> str:
         return "0+unknown"
 
 
+def package_files() -> dict[str, Path]:
+    """Every file of the installed package (its code and its data) by relative path."""
+    root = Path(str(files("reprodqn")))
+    return {
+        path.relative_to(root).as_posix(): path
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
 def source_digest() -> str:
     """SHA-256 over every file of the installed package (its code and its data, by
     relative path), so a workspace's stages rerun when the package they run changes."""
-    root = Path(str(files("reprodqn")))
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    for name, path in package_files().items():
+        digest.update(name.encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()

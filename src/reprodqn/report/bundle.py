@@ -23,6 +23,7 @@ from reprodqn.core import run_lock, workspace
 from reprodqn.core.atomic import atomic_open
 from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
+from reprodqn.core.packaged import package_files
 from reprodqn.determinism import provenance
 from reprodqn.report import citation
 
@@ -108,12 +109,9 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
     root, out = Path(root), Path(out)
     files = collect(root, checkpoints)
     contents: dict[str, bytes | None] = {f.as_posix(): None for f in files}  # None: on disk
-    contents.update(metadata(root, files))
-    hashes = {
-        name: sha256_file(root / name) if data is None else sha256_bytes(data)
-        for name, data in contents.items()
-    }
-    manifest = manifest_text(hashes)
+    contents.update(installed_code(root))
+    contents.update(metadata(root, contents))
+    manifest = manifest_text({name: _sha256(root, name, data) for name, data in contents.items()})
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(contents):
@@ -181,18 +179,36 @@ def write_reference(root: Path, out: Path) -> dict:
     return {"files": len(files), "bytes": sum((out / f).stat().st_size for f in files)}
 
 
-def metadata(root: Path, files: list[Path]) -> dict[str, bytes]:
-    """CITATION.cff and ro-crate-metadata.json for these files (the crate lists
-    CITATION.cff too; the manifest covers both)."""
+INSTALLED_CODE = "code/reprodqn"  # a workspace's code: the installed package, as it ran
+
+
+def installed_code(root: Path) -> dict[str, bytes]:
+    """In a workspace made by `reprodqn init` (no checkout's src/ beside it), the installed
+    package's files, so the archive holds the code that made its results."""
+    if (root / "src" / "reprodqn").is_dir():
+        return {}
+    return {f"{INSTALLED_CODE}/{name}": path.read_bytes() for name, path in package_files().items()}
+
+
+def metadata(root: Path, contents: dict[str, bytes | None]) -> dict[str, bytes]:
+    """CITATION.cff and ro-crate-metadata.json for these files (None: on disk under root;
+    the crate lists CITATION.cff too; the manifest covers both)."""
     git = provenance.git_info(root)
     cff = citation.citation(root, git.get("commit"), citation.release_date(git)).encode()
-    hashes = {f.as_posix(): sha256_file(root / f) for f in files}
-    sizes = {f.as_posix(): (root / f).stat().st_size for f in files}
+    hashes = {name: _sha256(root, name, data) for name, data in contents.items()}
+    sizes = {
+        name: (root / name).stat().st_size if data is None else len(data)
+        for name, data in contents.items()
+    }
     hashes["CITATION.cff"], sizes["CITATION.cff"] = sha256_bytes(cff), len(cff)
     import yaml
 
     crate = citation.crate(hashes, sizes, yaml.safe_load(cff), citation.rom_sha256())
     return {"CITATION.cff": cff, "ro-crate-metadata.json": crate.encode()}
+
+
+def _sha256(root: Path, name: str, data: bytes | None) -> str:
+    return sha256_file(root / name) if data is None else sha256_bytes(data)
 
 
 def sha256_bytes(data: bytes) -> str:
