@@ -346,12 +346,14 @@ class _ComputeRecord:
 
 
 def _script_sha256() -> str | None:
-    """The running script's SHA-256 (None from an interactive session): a run folder is
-    resumed only by the code that began it. Modules it imports are not covered."""
+    """The running script's SHA-256 (None from an interactive session, a notebook or an
+    installed entry point): a run folder is resumed only by the script that began it.
+    Modules it imports are not covered."""
     from reprodqn.core.digests import sha256_file
 
-    script = Path(sys.argv[0])
-    return sha256_file(script) if script.suffix == ".py" and script.is_file() else None
+    script = Path(sys.argv[0])  # under site-packages: a kernel's or tool's launcher
+    plain = script.suffix == ".py" and script.is_file() and "site-packages" not in script.parts
+    return sha256_file(script) if plain else None
 
 
 def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) -> dict:

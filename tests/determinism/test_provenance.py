@@ -221,3 +221,19 @@ def test_an_sbom_baked_into_the_environment_is_read_and_not_made_again(tmp_path,
     monkeypatch.setattr(sys, "executable", str(tmp_path / "another" / "python"))
     with pytest.raises(AssertionError, match="cyclonedx ran"):
         sbom.write_sbom(tmp_path / "another.cdx.json")
+
+
+def test_differing_values_names_each_path_with_both_values_as_they_are():
+    from reprodqn.determinism.provenance import differing_values
+
+    long_a, long_b = "x" * 60 + "a", "x" * 60 + "b"
+    ours = {"optim.lr": 0.1, "seed": None, "same": 1, "nested": {"k": long_a}}
+    theirs = {"optim.lr": 0.2, "same": 1, "nested": {"k": long_b}, "extra": [1]}
+    extra, nested, lr, seed = differing_values(ours, theirs)
+    assert extra == "extra (ours absent, reference [1])"
+    assert lr == "optim.lr (ours 0.1, reference 0.2)"  # a key with a dot is one key
+    assert seed == "seed (ours null, reference absent)"
+    shown = nested.removeprefix("nested.k (ours ").removesuffix(")").split(", reference ")
+    assert len(shown) == 2 and shown[0] != shown[1]  # told apart past the cut
+    assert all(len(text) <= 50 and "sha256" in text for text in shown)
+    assert differing_values({"a": 1}, {"a": 1}) == []

@@ -118,8 +118,8 @@ def test_the_chain_takes_any_float_dtype_and_tensors_with_gradients(tmp_path):
     assert as_floats.loss_chain == as_bf16.loss_chain
     weight = torch.tensor([2.0], requires_grad=True)
     as_floats.extend([weight * 1.0, weight * 2.0])
-    as_bf16.extend([4.0, 2.0])
-    assert as_floats.loss_chain != as_bf16.loss_chain and as_floats.updates == 5
+    as_bf16.extend([2.0, 4.0])
+    assert as_floats.loss_chain == as_bf16.loss_chain and as_floats.updates == 5
     line = as_bf16.checkpoint(0, {"w": torch.ones(2, dtype=torch.bfloat16)})
     assert len(line["weights_sha256"]) == 64
     with pytest.raises(InputError, match="got None"):
@@ -149,23 +149,22 @@ def test_a_run_killed_before_its_first_resume_point_starts_over_as_it_began(tmp_
 
 def test_arrays_tensors_and_lists_come_back_in_place_and_the_unsavable_is_named(tmp_path):
     replay, weights, counts = np.arange(6.0).reshape(2, 3), torch.ones(3), [1, 2]
-    exact.save_resume_point(
-        tmp_path,
-        1,
-        {"replay": replay, "weights": weights, "counts": counts, "episode": np.int64(7)},
-    )
-    replay[:], counts[:] = -1, []
+    frames, episodes = [np.zeros(2, np.uint8), np.ones(2, np.uint8)], [{"score": 1.0}]
+    parts = {"replay": replay, "weights": weights, "counts": counts, "frames": frames}
+    extra = {"episodes": episodes, "episode": np.int64(7), "totals": {"n": np.int64(3)}}
+    exact.save_resume_point(tmp_path, 1, parts | extra)
+    replay[:], counts[:], frames[:], episodes[:] = -1, [], [], []
     weights.zero_()
-    saved = exact.load_resume_point(
-        tmp_path, {"replay": replay, "weights": weights, "counts": counts}
-    )
+    saved = exact.load_resume_point(tmp_path, parts | {"episodes": episodes})
     assert np.array_equal(replay, np.arange(6.0).reshape(2, 3)) and replay.flags.writeable
     assert torch.equal(weights, torch.ones(3)) and counts == [1, 2]
-    assert saved is not None and saved["episode"] == 7
+    assert [f.tolist() for f in frames] == [[0, 0], [1, 1]] and frames[0].flags.writeable
+    assert episodes == [{"score": 1.0}]
+    assert saved is not None and saved["episode"] == 7 and saved["totals"] == {"n": 3}
     with pytest.raises(InputError, match=r"replay: resume point holds float64 \(2, 3\)"):
         exact.load_resume_point(tmp_path, {"replay": np.zeros(4)})
     env = gym.make("CartPole-v1")
-    with pytest.raises(InputError, match="^env: a TimeLimit cannot be saved in a resume point"):
+    with pytest.raises(InputError, match="^env: a value of type TimeLimit cannot be saved"):
         exact.save_resume_point(tmp_path / "env", 1, {"env": env})
     with pytest.raises(InputError, match=r"^counters: key 'a/b'"):
         exact.save_resume_point(tmp_path / "slash", 1, {"counters": {"a/b": 1}})
@@ -276,8 +275,9 @@ def test_verify_skips_scratch_copies_names_the_settings_and_refuses_itself(tmp_p
     assert result["identical"] and result["runs_compared"] == 1
     assert result["config_differing"] == ["seed (ours 1, reference 2)"]
     assert "settings that differ: seed (ours 1, reference 2)" in chains.summary(result)
+    (tmp_path / "link").symlink_to(tmp_path / "a")
     with pytest.raises(InputError, match="the same folder as"):
-        chains.compare(tmp_path / "a", tmp_path / "a" / ".")
+        chains.compare(tmp_path / "a", tmp_path / "link")
 
 
 SCRIPT = """
@@ -317,3 +317,14 @@ def test_a_rerun_writes_where_it_was_told_with_the_shells_cpu_knobs(tmp_path, mo
     result = chains.rerun(run, 2, Path("scratch"))
     assert result["identical"] and result["records_compared"] == 3
     assert json.loads((elsewhere / "scratch" / "knob.json").read_text()) is None
+    assert not result["script_differs"]
+    (run / "config.json").write_text(
+        json.dumps({"config": {}, "command": command, "script_sha256": "0" * 64})
+    )
+    again = chains.rerun(run, 2, Path("again"))
+    assert again["script_differs"] and "not the one that wrote the run" in (
+        chains.rerun_summary(again)
+    )
+    (elsewhere / "nowhere.py").write_text("import sys\n")  # ignores --out
+    with pytest.raises(InputError, match=r"nowhere\.py wrote no chain"):
+        chains.rerun(run, 2, Path("third"), script=Path("nowhere.py"))

@@ -233,3 +233,53 @@ def test_a_torn_chain_is_one_line_naming_the_file_and_line(tmp_path):
     hashes.write_text(hashes.read_text()[:-20])
     with pytest.raises(InputError, match=r"1/hashes\.jsonl: line 2 is not JSON"):
         verify.verify(ours, theirs, STUDY)
+
+
+def _rewrite_hashes(run, change):
+    lines = [json.loads(line) for line in (run / "hashes.jsonl").read_text().splitlines()]
+    (run / "hashes.jsonl").write_text("".join(json.dumps(change(x)) + "\n" for x in lines))
+
+
+def test_checkpoints_at_other_steps_are_said_as_such(tmp_path):
+    ours, theirs = pair(tmp_path)
+    _rewrite_hashes(run_dir(ours, 1), lambda line: line | {"step": line["step"] * 2})
+    result = verify.verify(ours, theirs, STUDY)
+    assert result["first_divergence"]["chain"] == "step"
+    assert "deterministic/1 has its checkpoints at other steps" in verify.summary(result)
+
+
+def test_scores_that_part_before_the_chains_are_named_first_with_no_trace_advice(tmp_path):
+    ours, theirs = pair(tmp_path)
+    later = {"weights_sha256": "b100"}  # the weights part at step 100, the scores at 0
+    _rewrite_hashes(run_dir(theirs, 1), lambda line: line | later if line["step"] else line)
+    (theirs / "evaluations" / "deterministic" / "1" / "eval.csv").write_text(
+        "step,episode,start_sequence,sticky_seed,score,frames\n0,0,0,,9,40\n100,0,0,,9,40\n"
+    )
+    result = verify.verify(ours, theirs, STUDY)
+    first = result["first_divergence"]
+    assert (first["chain"], first["step"]) == ("evaluation", 0)
+    assert "reprodqn trace" not in verify.summary(result)
+
+
+def test_a_shorter_run_is_not_sharpened_by_where_its_log_ends(tmp_path):
+    ours, theirs = pair(tmp_path)
+    records = [{"step": 50, "updates": 10, "loss_chain_sha256": "p"}]
+    (run_dir(ours) / "process.jsonl").write_text(json.dumps(records[0]) + "\n")
+    (run_dir(theirs) / "process.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in [*records, records[0] | {"step": 80}])
+    )
+    hashes = run_dir(ours) / "hashes.jsonl"
+    hashes.write_text(hashes.read_text().splitlines()[0] + "\n")
+    first = verify.verify(ours, theirs, STUDY)["first_divergence"]
+    assert first["chain"] == "length" and "process" not in first
+
+
+def test_a_study_whose_every_run_differs_by_design_is_refused_in_one_line(tmp_path):
+    ours, theirs = pair(tmp_path, theirs_runs=((0, "b"), (1, "b")))
+    for root in (ours, theirs):
+        for run in (0, 1):
+            (run_dir(root, run) / "conditions.json").write_text(
+                json.dumps({"device": "cpu", "numerics": {"cpu_reduction_order": "random"}})
+            )
+    with pytest.raises(InputError, match=r"every run trained on both sides differs by design"):
+        verify.verify(ours, theirs, STUDY)

@@ -11,6 +11,7 @@ unrelated package, keeps it; a different GPU or torch build changes it and retra
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -279,21 +280,38 @@ def differences(ours: dict, theirs: dict, prefix: str = "") -> list[str]:
     return changed
 
 
+ABSENT = object()  # a key one side lacks, told apart from a null it holds
+
+
 def differing_values(ours: dict, theirs: dict, labels=("ours", "reference")) -> list[str]:
-    """`path (ours X, reference Y)` for each dotted path whose values differ, values cut
-    to a readable length."""
+    """`path (ours X, reference Y)` for each key path whose values differ: `absent` where
+    a side lacks the key, long values cut where they differ (or named by a short hash)."""
+    found: list[str] = []
 
-    def shown(record: dict, path: str) -> str:
-        found: object = record
-        for key in path.split("."):
-            found = found.get(key) if isinstance(found, dict) else None
-        text = "absent" if found is None else json.dumps(found)
-        return text if len(text) <= 40 else text[:37] + "..."
+    def walk(a, b, path: tuple) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b), key=str):
+                walk(a.get(key, ABSENT), b.get(key, ABSENT), (*path, str(key)))
+        elif a != b:
+            shown_a, shown_b = _shown(a, b), _shown(b, a)
+            found.append(f"{'.'.join(path)} ({labels[0]} {shown_a}, {labels[1]} {shown_b})")
 
-    return [
-        f"{path} ({labels[0]} {shown(ours, path)}, {labels[1]} {shown(theirs, path)})"
-        for path in differences(ours, theirs)
-    ]
+    walk(ours, theirs, ())
+    return found
+
+
+def _shown(value, other, width: int = 40) -> str:
+    """A value as JSON, cut to `width`; two long values that agree that far are told
+    apart by a short SHA-256 of each."""
+    if value is ABSENT:
+        return "absent"
+    text = json.dumps(value, default=str)
+    if len(text) <= width:
+        return text
+    other_text = "" if other is ABSENT else json.dumps(other, default=str)
+    if text[: width - 3] == other_text[: width - 3]:
+        return f"{text[: width - 16]}... (sha256 {hashlib.sha256(text.encode()).hexdigest()[:8]})"
+    return text[: width - 3] + "..."
 
 
 def write_conditions(compute_config, out_dir: Path) -> dict:

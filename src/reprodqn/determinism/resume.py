@@ -119,6 +119,11 @@ def _encode(value, path: str, directory: Path, tensors: dict):
         return {ARRAY: f"{path}.npy"}
     if isinstance(value, bytes):
         return {BYTES: base64.b64encode(value).decode()}
+    if isinstance(value, list | tuple):  # a list of arrays: each its own file, as in a dict
+        return [
+            _encode(item, f"{path}.{index}" if path else str(index), directory, tensors)
+            for index, item in enumerate(value)
+        ]
     return value
 
 
@@ -131,4 +136,6 @@ def _decode(value, directory: Path, tensors: dict):
         if BYTES in value:
             return base64.b64decode(value[BYTES])
         return {key: _decode(item, directory, tensors) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_decode(item, directory, tensors) for item in value]
     return value

@@ -22,16 +22,16 @@ SCALARS = (bool, int, float, str, type(None))
 
 def state_of(name: str, part: Any) -> Any:
     """The part's state as resume.save writes it; a value it cannot write is one line."""
-    state = _state_of(part)
-    _check_plain(state, name)
-    return state
+    return _plain(_state_of(part), name)
 
 
 def restore(name: str, part: Any, state: Any) -> None:
     """Put the saved state back into the part, in place."""
     if _is_vector(part):
         if len(state) != len(part):
-            raise InputError(f"{name}: resume point holds {len(state)} states for {len(part)}")
+            raise InputError(
+                f"{name}: resume point holds {len(state)} states for this run's {len(part)} parts"
+            )
         for index, item in enumerate(part):
             restore(f"{name}[{index}]", item, state[str(index)])
     elif isinstance(part, torch.optim.Optimizer):
@@ -44,14 +44,20 @@ def restore(name: str, part: Any, state: Any) -> None:
     elif isinstance(part, np.ndarray | torch.Tensor):
         _restore_array(name, part, state)
     elif isinstance(part, list):
-        part[:] = state  # a list of plain values; tuples and scalars come back returned
+        part[:] = [_writable(item) for item in state]  # tuples and scalars: returned only
+
+
+def _stateful(part: Any) -> bool:
+    return (
+        isinstance(part, torch.optim.Optimizer)
+        or (hasattr(part, "get_state") and hasattr(part, "set_state"))
+        or (hasattr(part, "state_dict") and hasattr(part, "load_state_dict"))
+    )
 
 
 def _is_vector(part: Any) -> bool:
     """A list or tuple of stateful parts (a vector of environments), not of plain values."""
-    return isinstance(part, list | tuple) and any(
-        not isinstance(item, (*SCALARS, np.ndarray, torch.Tensor, np.generic)) for item in part
-    )
+    return isinstance(part, list | tuple) and any(_stateful(item) for item in part)
 
 
 def _state_of(part: Any) -> Any:
@@ -65,30 +71,29 @@ def _state_of(part: Any) -> Any:
         return part.get_state()
     if hasattr(part, "state_dict") and hasattr(part, "load_state_dict"):
         return part.state_dict()
-    if isinstance(part, np.generic):
-        return part.item()  # a numpy counter, written as the number it is
-    if isinstance(part, list | tuple):
-        return [item.item() if isinstance(item, np.generic) else item for item in part]
     return part
 
 
-def _check_plain(value: Any, where: str) -> None:
-    """Every leaf one resume.save writes: JSON scalars, arrays, tensors, bytes."""
+def _plain(value: Any, where: str) -> Any:
+    """The value with numpy scalars as the numbers they are; anything resume.save cannot
+    write (it takes JSON scalars, arrays, tensors, bytes, lists and dicts) is refused."""
     if isinstance(value, dict):
-        for key, item in value.items():
+        for key in value:
             if not isinstance(key, str) or "/" in key:
                 raise InputError(f"{where}: key {key!r}: expected a string without '/'")
-            _check_plain(item, f"{where}.{key}")
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            _check_plain(item, f"{where}[{index}]")
-    elif not isinstance(value, (*SCALARS, bytes, np.ndarray, torch.Tensor)):
+        return {key: _plain(item, f"{where}.{key}") for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, np.generic):
+        return value.item()  # a numpy counter, written as the number it is
+    if not isinstance(value, (*SCALARS, bytes, np.ndarray, torch.Tensor)):
         raise InputError(
-            f"{where}: a {type(value).__name__} cannot be saved in a resume point (expected "
-            "a module, an optimizer, an object with get_state()/set_state() or "
-            "state_dict()/load_state_dict(), or numbers, strings, arrays, tensors and lists "
-            "and dicts of them)"
+            f"{where}: a value of type {type(value).__name__} cannot be saved in a resume "
+            "point (expected a module, an optimizer, an object with get_state()/set_state() "
+            "or state_dict()/load_state_dict(), or numbers, strings, arrays, tensors and "
+            "lists and dicts of them)"
         )
+    return value
 
 
 def _restore_array(name: str, part: np.ndarray | torch.Tensor, state: Any) -> None:
@@ -105,3 +110,8 @@ def _restore_array(name: str, part: np.ndarray | torch.Tensor, state: Any) -> No
             part.copy_(saved)
     else:
         part[...] = saved
+
+
+def _writable(value: Any) -> Any:
+    """A saved array comes back memory-mapped and read-only: a list's own copy of it."""
+    return np.array(value) if isinstance(value, np.ndarray) else value

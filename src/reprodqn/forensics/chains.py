@@ -159,16 +159,30 @@ def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> d
     if done.returncode != 0:
         raise InputError(f"{path}: exited {done.returncode} rerunning {run} to step {until}")
     ours, theirs = workspace.read_hashes(scratch), workspace.read_hashes(run)
+    if not ours:
+        raise InputError(
+            f"{scratch / workspace.HASHES}: the rerun of {path} wrote no chain (expected the "
+            "script to write its run where --out names)"
+        )
     first = first_difference(ours, theirs[: len(ours)])
-    numeric = numeric_conditions_differing(scratch, run)
     return {
         "identical": first is None,
         "run": str(run),
         "until": until,
         "records_compared": len(ours),
         "first_divergence": first,
-        "numeric_conditions_differing": numeric,
+        "numeric_conditions_differing": numeric_conditions_differing(scratch, run),
+        "script_differs": _script_differs(run, path),
     }
+
+
+def _script_differs(run: Path, script: Path) -> bool:
+    """Whether the script rerun here is not the one that wrote the run (its recorded
+    SHA-256; False where none is recorded)."""
+    from reprodqn.core.digests import sha256_file
+
+    recorded = read_json(run / workspace.RUN_CONFIG, "run config").get("script_sha256")
+    return recorded is not None and recorded != sha256_file(script)
 
 
 def _out_and_until(arguments: list[str], run: Path, scratch: Path, until: int) -> list[str]:
@@ -204,6 +218,8 @@ def rerun_summary(result: dict) -> str:
             f"verify: DIFFERENT: rerun here, {result['run']} parts at checkpoint step "
             f"{first['step']} ({', '.join(first['fields'])})"
         ]
+    if result.get("script_differs"):
+        lines.append("the script rerun here is not the one that wrote the run (its SHA-256)")
     return "\n".join(lines + differing_lines(result))
 
 

@@ -111,7 +111,7 @@ def pair_difference(ours: RunResult, theirs: RunResult) -> dict | None:
         return None
     fields = found.pop("fields")
     divergence = {"step": found.pop("step"), "chain": ", ".join(fields), **found}
-    loss = first_loss_divergence(theirs, ours)
+    loss = first_loss_divergence(theirs, ours) if "losses" in fields else None
     if loss is not None and loss["updates"] is not None and loss["step"] < divergence["step"]:
         divergence["process"] = loss
     return divergence
@@ -165,7 +165,7 @@ def summary(result: dict) -> str:
     else:
         first = result["first_divergence"]
         lines = [f"verify: DIFFERENT: {_where(first)}", _isa_line(result)]
-        if first["chain"] not in (NOT_TRAINED, NOT_IN_REFERENCE, "length", "step"):
+        if first["chain"] not in (NOT_TRAINED, NOT_IN_REFERENCE, "length", "step", "evaluation"):
             lines.append(NEXT)
     return "\n".join(lines + _besides(result, all_conditions=True))
 
