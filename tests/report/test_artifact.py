@@ -31,11 +31,10 @@ STUDY_FILES = {
 }
 
 
-@pytest.fixture
-def unpacked(tmp_path):
-    """A small study workspace (not a git checkout), bundled and unpacked."""
+def bundled(tmp_path, files: dict[str, str]) -> tuple[Path, Path]:
+    """A small study workspace of these files (not a git checkout), bundled and unpacked."""
     root = tmp_path / "study"
-    for name, text in STUDY_FILES.items():
+    for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     shutil.copy(ROOT / "CITATION.cff", root / "CITATION.cff")
@@ -44,6 +43,11 @@ def unpacked(tmp_path):
     with tarfile.open(out) as tar:
         tar.extractall(tmp_path / "unpacked", filter="data")
     return tmp_path / "unpacked" / bundle.ROOT, out
+
+
+@pytest.fixture
+def unpacked(tmp_path):
+    return bundled(tmp_path, STUDY_FILES)
 
 
 def manifest(directory: Path) -> dict[str, str]:
@@ -55,6 +59,7 @@ def test_the_crate_lists_every_file_with_the_manifests_hash(unpacked):
     from rocrate.rocrate import ROCrate
 
     directory, out = unpacked
+    assert not any(name.startswith("code/") for name in manifest(directory))  # src/ is it
     crate = ROCrate(directory)  # the library's own reader
     files = {e.id: e for e in crate.get_entities() if "File" in e.type}
     listed = manifest(directory)
@@ -100,17 +105,8 @@ def test_a_workspace_without_a_checkout_ships_the_installed_package_as_its_code(
     installed package, which the archive then holds byte for byte, in the manifest and crate."""
     from reprodqn.core.packaged import package_files
 
-    root = tmp_path / "study"
-    for name, text in STUDY_FILES.items():
-        if not name.startswith("src/"):
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            (root / name).write_text(text)
-    shutil.copy(ROOT / "CITATION.cff", root / "CITATION.cff")
-    out = tmp_path / "dist" / "bundle.tar.gz"
-    bundle.write(root, out, checkpoints=False)
-    with tarfile.open(out) as tar:
-        tar.extractall(tmp_path / "unpacked", filter="data")
-    unpacked = tmp_path / "unpacked" / bundle.ROOT
+    workspace_files = {k: v for k, v in STUDY_FILES.items() if not k.startswith("src/")}
+    unpacked, _ = bundled(tmp_path, workspace_files)
     shipped = unpacked / bundle.INSTALLED_CODE
     installed = package_files()
     assert {p.relative_to(shipped).as_posix() for p in shipped.rglob("*") if p.is_file()} == set(
