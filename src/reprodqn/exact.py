@@ -36,7 +36,7 @@ import numpy as np
 
 from reprodqn.core import workspace
 from reprodqn.core.atomic import append_line, read_json, truncate, write_json
-from reprodqn.core.digests import json_digest
+from reprodqn.core.digests import json_digest, running_script_sha256
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
 
@@ -345,15 +345,9 @@ class _ComputeRecord:
         return getattr(self.process, name)
 
 
-def _script_sha256() -> str | None:
-    """The running script's SHA-256 (None from an interactive session, a notebook or an
-    installed entry point): a run folder is resumed only by the script that began it.
-    Modules it imports are not covered."""
-    from reprodqn.core.digests import sha256_file
-
-    script = Path(sys.argv[0])  # under site-packages: a kernel's or tool's launcher
-    plain = script.suffix == ".py" and script.is_file() and "site-packages" not in script.parts
-    return sha256_file(script) if plain else None
+def _as_json(value: Any) -> Any:
+    """A numpy number as the number it is (np.int64(3) is the config 3); else its text."""
+    return value.item() if isinstance(value, np.generic) else str(value)
 
 
 def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) -> dict:
@@ -364,8 +358,8 @@ def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) 
     from reprodqn.determinism import provenance, sbom
 
     directory = Path(directory)
-    config = json.loads(json.dumps(dict(config), default=str))
-    digest, script = json_digest(config), _script_sha256()
+    config = json.loads(json.dumps(dict(config), default=_as_json))
+    digest, script = json_digest(config), running_script_sha256()
     recorded = directory / workspace.RUN_CONFIG
     if recorded.exists():
         theirs = read_json(recorded, "run config")

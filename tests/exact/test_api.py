@@ -184,6 +184,7 @@ def test_a_run_folder_refuses_another_config_or_script_and_records_its_condition
         p.name for p in tmp_path.iterdir()
     }
     exact.start_run(tmp_path, {"lr": 0.1, "seed": 1}, process)  # the same run, resumed
+    exact.start_run(tmp_path, {"lr": np.float64(0.1), "seed": np.int64(1)}, process)
     with pytest.raises(InputError, match=r"different config \(lr\)"):
         exact.start_run(tmp_path, {"lr": 0.2, "seed": 1}, process)
     script.write_text("LOSS = 'l1'\n")  # the code changed: its results are not resumed

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,3 +27,12 @@ def sha256_file(path: str | Path) -> str:
         while chunk := handle.read(1 << 22):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def running_script_sha256() -> str | None:
+    """The running script's SHA-256 (None from an interactive session, a notebook or an
+    installed entry point), so a run folder is resumed only by the script that began it.
+    Modules it imports are not covered."""
+    script = Path(sys.argv[0])  # under site-packages: a kernel's or tool's launcher
+    plain = script.suffix == ".py" and script.is_file() and "site-packages" not in script.parts
+    return sha256_file(script) if plain else None
