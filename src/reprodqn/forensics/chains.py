@@ -15,6 +15,7 @@ from pathlib import Path
 
 from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
+from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
 from reprodqn.determinism.provenance import differing_values, fingerprint_fields
@@ -140,7 +141,8 @@ def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> d
     again here, into `scratch` and only up to step `until` (the script's own `--out` and
     `--until`), and compare the chain it writes with the start of `run`'s."""
     run, scratch = Path(run), Path(scratch).resolve()  # the script runs in its own cwd
-    command = read_json(run / workspace.RUN_CONFIG, "run config").get("command")
+    recorded = read_json(run / workspace.RUN_CONFIG, "run config")
+    command = recorded.get("command")
     if not command:
         raise InputError(f"{run}: its config.json records no command (exact.start_run writes it)")
     cwd = Path(command["cwd"]) if Path(command["cwd"]).is_dir() else Path.cwd()
@@ -172,17 +174,9 @@ def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> d
         "records_compared": len(ours),
         "first_divergence": first,
         "numeric_conditions_differing": numeric_conditions_differing(scratch, run),
-        "script_differs": _script_differs(run, path),
+        # not the script that wrote the run (False where its SHA-256 was not recorded)
+        "script_differs": recorded.get("script_sha256") not in (None, sha256_file(path)),
     }
-
-
-def _script_differs(run: Path, script: Path) -> bool:
-    """Whether the script rerun here is not the one that wrote the run (its recorded
-    SHA-256; False where none is recorded)."""
-    from reprodqn.core.digests import sha256_file
-
-    recorded = read_json(run / workspace.RUN_CONFIG, "run config").get("script_sha256")
-    return recorded is not None and recorded != sha256_file(script)
 
 
 def _out_and_until(arguments: list[str], run: Path, scratch: Path, until: int) -> list[str]:

@@ -110,8 +110,13 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
     files = collect(root, checkpoints)
     contents: dict[str, bytes | None] = {f.as_posix(): None for f in files}  # None: on disk
     contents.update(installed_code(root))
-    contents.update(metadata(root, contents))
-    manifest = manifest_text({name: _sha256(root, name, data) for name, data in contents.items()})
+    # each file read for its hash once: the manifest and the crate share them (checkpoints
+    # and resume points run to gigabytes)
+    hashes = {name: _sha256(root, name, data) for name, data in contents.items()}
+    described = metadata(root, contents, hashes)
+    contents.update(described)
+    hashes.update({name: sha256_bytes(data) for name, data in described.items()})
+    manifest = manifest_text(hashes)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(contents):
@@ -190,12 +195,14 @@ def installed_code(root: Path) -> dict[str, bytes]:
     return {f"{INSTALLED_CODE}/{name}": path.read_bytes() for name, path in package_files().items()}
 
 
-def metadata(root: Path, contents: dict[str, bytes | None]) -> dict[str, bytes]:
-    """CITATION.cff and ro-crate-metadata.json for these files (None: on disk under root;
-    the crate lists CITATION.cff too; the manifest covers both)."""
+def metadata(
+    root: Path, contents: dict[str, bytes | None], hashes: dict[str, str]
+) -> dict[str, bytes]:
+    """CITATION.cff and ro-crate-metadata.json for these files (None: on disk under root)
+    with their SHA-256 (the crate lists CITATION.cff too; the manifest covers both)."""
     git = provenance.git_info(root)
     cff = citation.citation(root, git.get("commit"), citation.release_date(git)).encode()
-    hashes = {name: _sha256(root, name, data) for name, data in contents.items()}
+    hashes = dict(hashes)
     sizes = {
         name: (root / name).stat().st_size if data is None else len(data)
         for name, data in contents.items()
