@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
         eta = (end - update) * per_update / max(rate, 1e-9)
         print(f"update {update}/{updates}  step {step:,}  {rate:,.0f} steps/s  ETA {eta:,.0f} s")
     if update == updates:
-        torch.jit.save(torch.jit.script(GreedyPolicy(model).eval()), str(args.out / "policy.pt"))
+        exact.save_policy(GreedyPolicy(model), args.out / "policy.pt")  # exact
     envs.close()
 
 

@@ -14,6 +14,9 @@ A training script that uses these five pieces gets what reprodqn's own DQN has, 
 - `start_run()`: the run's config (a different one is refused), the conditions record
   with its SBOM, and the numerics settings applied.
 
+For `reprodqn evaluate-policy`, `save_policy()` writes the trained policy as TorchScript,
+the same bytes in every process.
+
 What it cannot control: GPU kernels that have no deterministic version (torch raises),
 another torch build or another CPU floor (the conditions record names them; `verify`
 says which differ). reprodqn's own DQN keeps its chain with `HashChain` and its resume
@@ -54,6 +57,7 @@ __all__ = [
     "chain_losses",
     "save_resume_point",
     "load_resume_point",
+    "save_policy",
     "start_run",
 ]
 
@@ -256,17 +260,10 @@ class HashChain:
         from reprodqn.determinism.checkpoints import cpu_weights, save_weights
 
         tensors = cpu_weights(weights) if hasattr(weights, "state_dict") else weights
-        digest = save_weights(
-            workspace.checkpoint_path(self.directory, step),
-            tensors,
-            {"step": str(step), **(metadata or {})},
-        )
-        line = {
-            "step": step,
-            "weights_sha256": digest,
-            "loss_chain_sha256": self.loss_chain,
-            "updates": self.updates,
-        }
+        path = workspace.checkpoint_path(self.directory, step)
+        digest = save_weights(path, tensors, {"step": str(step), **(metadata or {})})
+        line = {"step": step, "weights_sha256": digest, "loss_chain_sha256": self.loss_chain}
+        line["updates"] = self.updates  # the keys are written sorted
         self.log.write(line)
         return line
 
@@ -282,6 +279,15 @@ class HashChain:
     def start_over(self) -> None:
         """As at the run's start: no loss folded in, no line written."""
         self.set_state({"loss_chain": EMPTY_CHAIN, "updates": 0, "bytes": 0})
+
+
+def save_policy(module: torch.nn.Module, path: str | Path) -> str:
+    """Write the policy `reprodqn evaluate-policy` plays (uint8 frame stacks -> (N, A)
+    values, or (N,) actions) as TorchScript, atomically, with the same bytes in every
+    process (torch.jit.save's own bytes change with PYTHONHASHSEED); returns its SHA-256."""
+    from reprodqn.determinism.checkpoints import save_torchscript
+
+    return save_torchscript(Path(path), module)
 
 
 # ---------------------------------------------------------------------------------------------

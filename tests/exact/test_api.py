@@ -4,6 +4,7 @@ environments, a run folder that refuses another config, and verify on any two fo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -124,6 +125,53 @@ def test_the_chain_takes_any_float_dtype_and_tensors_with_gradients(tmp_path):
     assert len(line["weights_sha256"]) == 64
     with pytest.raises(InputError, match="got None"):
         as_floats.extend(None)
+
+
+POLICY = """
+import sys, torch
+from torch import nn
+from reprodqn import exact
+policy = nn.Sequential(nn.Conv2d(4, 8, 8, stride=4), nn.ReLU(), nn.Flatten(), nn.Linear(800, 3))
+generator = torch.Generator().manual_seed(5)
+for parameter in policy.parameters():
+    nn.init.normal_(parameter, std=0.1, generator=generator)
+print(exact.save_policy(policy, sys.argv[1]))
+"""
+
+
+def test_a_saved_policy_is_the_same_bytes_whatever_the_hash_seed_and_computes_as_the_module(
+    tmp_path,
+):
+    """torch.jit.save of a scripted module orders each layer's constants by Python's string
+    hash, so two processes with other PYTHONHASHSEED values wrote different files; the
+    saved policy is played bit for bit as the module, which stays in training mode."""
+    script = tmp_path / "policy.py"
+    script.write_text(POLICY)
+    written = {}
+    for seed in ("1", "2"):
+        path = tmp_path / f"seed-{seed}.pt"
+        done = subprocess.run(
+            [sys.executable, str(script), str(path)],
+            env=cli_env(PYTHONHASHSEED=seed),
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        written[seed] = path.read_bytes()
+        assert done.stdout.strip() == hashlib.sha256(written[seed]).hexdigest()
+    assert written["1"] == written["2"]
+    policy = torch.nn.Sequential(torch.nn.Conv2d(4, 2, 3), torch.nn.Flatten()).train()
+    exact.save_policy(policy, tmp_path / "p.pt")
+    frames = torch.arange(4 * 5 * 5, dtype=torch.float32).reshape(1, 4, 5, 5) / 7
+    assert policy.training
+    assert sorted(f.name for f in tmp_path.iterdir()) == [
+        "p.pt",
+        "policy.py",
+        "seed-1.pt",
+        "seed-2.pt",  # no temporary file left
+    ]
+    with torch.no_grad():
+        assert torch.equal(torch.jit.load(tmp_path / "p.pt")(frames), policy(frames))
 
 
 def test_a_run_killed_before_its_first_resume_point_starts_over_as_it_began(tmp_path):

@@ -24,14 +24,15 @@ DOCS = ROOT / "docs" / "your-experiment.md"
 # updates, a resume point every update
 TINY = ["--steps", "512", "--envs", "2", "--rollout", "32", "--epochs", "2", "--minibatches", "2"]
 TINY += ["--checkpoint-every", "2", "--resume-every", "1"]
-RECORDS = ("hashes.jsonl", "scores.jsonl")
+RECORDS = ("hashes.jsonl", "scores.jsonl", "policy.pt")
 
 
-def ppo(out: Path, *extra: str, wait: bool = True) -> subprocess.Popen | str:
+def ppo(out: Path, *extra: str, wait: bool = True, hash_seed: str = "0") -> subprocess.Popen | str:
     command = [sys.executable, str(SCRIPT), "--out", str(out), *TINY, *extra]
+    env = cli_env(PYTHONHASHSEED=hash_seed)
     if not wait:
-        return subprocess.Popen(command, env=cli_env(), stdout=subprocess.DEVNULL)
-    done = subprocess.run(command, env=cli_env(), capture_output=True, text=True)
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -47,11 +48,12 @@ def records(run: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
-    """Two runs at 1 thread and two at 2 threads, same seeds."""
+    """Two runs at 1 thread and two at 2 threads, same seeds; the second of each pair in a
+    Python with another string-hash seed (a policy file's bytes depended on it)."""
     root = tmp_path_factory.mktemp("ppo")
     for threads in ("1", "2"):
-        for copy in ("a", "b"):
-            ppo(root / f"t{threads}" / copy, "--threads", threads)
+        for copy, hash_seed in (("a", "0"), ("b", "1")):
+            ppo(root / f"t{threads}" / copy, "--threads", threads, hash_seed=hash_seed)
     return root
 
 

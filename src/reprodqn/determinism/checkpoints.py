@@ -9,6 +9,7 @@ a Rust HashMap, random per process, so the header is rewritten with sorted keys.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import struct
 from pathlib import Path
@@ -53,6 +54,24 @@ def save_weights(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[st
     with atomic_open(path, "wb") as handle:
         handle.write(data)
     return digest
+
+
+def save_torchscript(path: Path, module: torch.nn.Module) -> str:
+    """Write `module` as a TorchScript file atomically, the same bytes in every process, and
+    return the file's SHA-256. Frozen, not only scripted: a scripted file lists each layer's
+    constants in a Python set's order, which PYTHONHASHSEED changes from process to process
+    (two identical runs wrote different bytes); a frozen graph has no such list, and with
+    optimize_numerics=False it keeps every op, so it computes the same bits as the module."""
+    training = module.training
+    try:
+        frozen = torch.jit.freeze(torch.jit.script(module.eval()), optimize_numerics=False)
+    finally:
+        module.train(training)
+    buffer = io.BytesIO()
+    torch.jit.save(frozen, buffer)
+    with atomic_open(path, "wb") as handle:
+        handle.write(buffer.getvalue())
+    return hashlib.sha256(buffer.getvalue()).hexdigest()
 
 
 def read_metadata(path: Path) -> dict[str, str]:
