@@ -106,3 +106,36 @@ def test_a_file_that_is_no_such_policy_is_one_line_and_writes_nothing(tmp_path):
         result = subprocess.run(command(policy, out), capture_output=True, text=True, env=cli_env())
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
         assert message in result.stderr and not out.exists()
+
+
+class Always(torch.nn.Module):
+    """One action on every frame that shows the game (the all-black frames of the file
+    check get action 0)."""
+
+    def __init__(self, action: int):
+        super().__init__()
+        self.action = action
+
+    def forward(self, frames):
+        return (frames.flatten(1).amax(1) > 0).long() * self.action
+
+
+def test_a_policy_that_returns_actions_plays_any_games_actions_and_no_other(tmp_path):
+    """Pong has 6 actions: its last is played (it was one-hot over Breakout's 4, and
+    failed); an action the game lacks is one line naming it, and writes nothing."""
+    pong = [*command(tmp_path / "policy.pt", tmp_path / "out"), "--set", "env.game=pong"]
+    pong[pong.index("--start-sequences") + 1] = str(ROOT / "start_sequences" / "pong.json")
+    for action, out in ((5, "out-5"), (6, "out-6")):
+        torch.jit.save(torch.jit.script(Always(action)), tmp_path / f"always-{action}.pt")
+        argv = [
+            str(tmp_path / f"always-{action}.pt") if a.endswith("policy.pt") else a for a in pong
+        ]
+        argv[argv.index("--out-dir") + 1] = str(tmp_path / out)
+        result = subprocess.run(argv, capture_output=True, text=True, env=cli_env())
+        if action == 5:
+            assert result.returncode == 0, result.stderr
+            assert (tmp_path / out / workspace.EVAL_CSV).exists()
+        else:
+            assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+            assert "returned action 6; expected 0 to 5 (the game's 6 actions)" in result.stderr
+            assert not (tmp_path / out).exists()

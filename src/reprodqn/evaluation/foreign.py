@@ -172,17 +172,23 @@ def evaluate_policy_file(
             None,
         )
     hashes = [{"step": 0, "weights_sha256": digest}]
-    with Evaluator(protocol, sequences, workers) as evaluator:
-        (done,) = evaluate_run(
-            out_dir,
-            out_dir,
-            hashes,
-            evaluator,
-            specs,
-            evaluation_digest(protocol, specs, sequences_sha, hashes),
-            used,
-            policies,
-        )
+    made = not out_dir.exists()
+    try:
+        with Evaluator(protocol, sequences, workers) as evaluator:
+            (done,) = evaluate_run(
+                out_dir,
+                out_dir,
+                hashes,
+                evaluator,
+                specs,
+                evaluation_digest(protocol, specs, sequences_sha, hashes),
+                used,
+                policies,
+            )
+    except BaseException:  # a policy that fails in play (an action the game lacks)
+        if made and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()  # leaves no trace of a run that wrote nothing
+        raise
     print(
         f"evaluate-policy: {policy} (sha256 {policy_sha256}) on {len(specs)} episodes: "
         f"mean score {done.mean_score:.2f} -> {out_dir / workspace.EVAL_CSV}",

@@ -233,31 +233,41 @@ TORCHSCRIPT_SUFFIXES = (".pt", ".ts")  # a policy saved with torch.jit.save, not
 
 class ScriptedPolicy(torch.nn.Module):
     """A TorchScript policy (uint8 (N, 4, 84, 84) -> (N, A) Q-values, or (N,) actions as
-    one-hot Q-values) where the protocol expects a Q-network."""
+    one-hot Q-values over the game's A actions) where the protocol expects a Q-network."""
 
-    def __init__(self, module, n_actions: int):
+    def __init__(self, module, n_actions: int, path: Path):
         super().__init__()
-        self.module, self.n_actions = module, n_actions
+        self.module, self.n_actions, self.path = module, n_actions, path
         self.device_marker = torch.nn.Parameter(torch.zeros(0), requires_grad=False)
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         out = self.module(frames)
-        if out.dim() == 1:
-            return torch.nn.functional.one_hot(out.long(), self.n_actions).to(torch.float32)
-        return out.to(torch.float32)
+        if out.dim() != 1:
+            return out.to(torch.float32)
+        actions = out.long()
+        outside = actions[(actions < 0) | (actions >= self.n_actions)]
+        if outside.numel():
+            raise InputError(
+                f"{self.path}: returned action {int(outside[0])}; expected 0 to "
+                f"{self.n_actions - 1} (the game's {self.n_actions} actions)"
+            )
+        return torch.nn.functional.one_hot(actions, self.n_actions).to(torch.float32)
 
 
 def load_network(
-    path: Path, expected_sha256: str | None, device: torch.device
+    path: Path, expected_sha256: str | None, device: torch.device, n_actions: int = 0
 ) -> QNetwork | ScriptedPolicy:
-    """A Q-network from a checkpoint (or a TorchScript policy), after checking its hash."""
+    """A Q-network from a checkpoint (or a TorchScript policy playing a game of n_actions
+    actions), after checking its hash."""
     if Path(path).suffix in TORCHSCRIPT_SUFFIXES:
         if expected_sha256 is not None and sha256_file(path) != expected_sha256:
             raise InputError(
                 f"{path}: file hash does not match the expected {expected_sha256[:12]}"
             )
+        if n_actions < 1:
+            raise ValueError("load_network: a TorchScript policy needs the game's n_actions")
         module = torch.jit.load(str(path), map_location=device)
-        return ScriptedPolicy(module.eval(), 4).to(device).eval()
+        return ScriptedPolicy(module.eval(), n_actions, Path(path)).to(device).eval()
     tensors, meta = load_weights(path, expected_sha256)
     net = QNetwork(
         meta["network"],
@@ -291,7 +301,8 @@ def _play_share(path: str, sha256: str, specs, protocol, sequences):
     nets = _WORKER["nets"]
     if (path, sha256) not in nets:
         nets.clear()
-        nets[(path, sha256)] = load_network(Path(path), sha256, _WORKER["device"])
+        n_actions = len(_WORKER["emulators"].take(1)[0].action_set)
+        nets[(path, sha256)] = load_network(Path(path), sha256, _WORKER["device"], n_actions)
     return play(nets[(path, sha256)], specs, protocol, sequences, _WORKER["emulators"])
 
 
