@@ -232,8 +232,12 @@ def test_explain_prints_every_knob_with_type_range_default_value_and_source():
     assert "agent.network: one of nature, nips; default 'nature'" in text
     assert "      Transitions per update." in text  # config.py's description
     assert "      source: code HEAD (2018 code: 1.0e-4)" in text  # params.yaml's comment
+    # a comment carried on under its knob is read whole, and so is a summary's first paragraph
+    assert "source: code: torch.optim.RMSprop, eps after the square root (DeepMind 2015:" in text
     everything = explain(params, PARAMS)
     assert all(f"[{section}]" in everything for section in ("env", "seeds", "ranker"))
+    assert "CPU ISA, and the GPU path's speed options.\n" in everything
+    assert "source: ours: null trains the ranker here" in everything  # not the next knob's
     with pytest.raises(InputError, match="--explain nope: expected one of env, agent"):
         explain(params, PARAMS, "nope")
 

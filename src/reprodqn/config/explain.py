@@ -20,17 +20,23 @@ _BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
 
 
 def source_comments(params_path: Path) -> dict[str, str]:
-    """'section.key' -> the comment beside it in a params file (two levels deep)."""
+    """'section.key' -> the comment beside it in a params file (two levels deep), with the
+    comment-only lines indented under it that carry it on."""
     comments: dict[str, str] = {}
-    section = None
+    section, last = None, None
     for line in Path(params_path).read_text().splitlines():
         top = re.match(r"^(\w+):", line)
-        if top:
-            section = top.group(1)
-            continue
         knob = re.match(r"^  (\w+):[^#]*#\s*(.+)$", line)
-        if knob and section:
-            comments[f"{section}.{knob.group(1)}"] = knob.group(2).strip()
+        more = re.match(r"^ {3,}#\s*(.+)$", line)
+        if top:
+            section, last = top.group(1), None
+        elif knob and section:
+            last = f"{section}.{knob.group(1)}"
+            comments[last] = knob.group(2).strip()
+        elif more and last:
+            comments[last] += " " + more.group(1).strip()
+        else:
+            last = None
     return comments
 
 
@@ -84,7 +90,9 @@ def _knobs(params: Params, section: str, comments: dict[str, str]):
 
 
 def _summary(section: str) -> str:
-    return (Params.model_fields[section].annotation.__doc__ or "").strip().splitlines()[0]
+    """The section model's docstring, its first paragraph on one line."""
+    doc = (Params.model_fields[section].annotation.__doc__ or "").strip()
+    return " ".join(doc.split("\n\n")[0].split())
 
 
 def explain(params: Params, params_path: Path, section: str = "") -> str:

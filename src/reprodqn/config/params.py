@@ -219,8 +219,9 @@ class EvaluationConfig(Frozen):
     )
     start_sequences: str = Field(
         "start_sequences/authors.json",
-        description="The start-sequence file evaluated on: "
-        "the authors' states, or start_sequences/selected.json from the select stage.",
+        description="The start-sequence file evaluated on: the authors' states (Breakout), "
+        "start_sequences/selected.json from the select stage, a game's own file "
+        "(start_sequences/pong.json), or none: the reset screen after no-ops.",
     )
     inference_chunk: PositiveInt = Field(
         16, description="States per Q-network call (fixed, so batching changes no result)."
