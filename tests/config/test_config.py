@@ -238,6 +238,10 @@ def test_explain_prints_every_knob_with_type_range_default_value_and_source():
     assert all(f"[{section}]" in everything for section in ("env", "seeds", "ranker"))
     assert "CPU ISA, and the GPU path's speed options.\n" in everything
     assert "source: ours: null trains the ranker here" in everything  # not the next knob's
+    # a group's own fields, with the groups that set them
+    assert "study.groups.<name>.vary: one of init, exploration" in everything
+    assert "study.groups.<name>.seeds: list of int >= 0 <" in everything
+    assert "now {'gpu': {'compute.deterministic_gpu': False" in everything
     with pytest.raises(InputError, match="--explain nope: expected one of env, agent"):
         explain(params, PARAMS, "nope")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal, cast, get_args, get_origin
+from typing import Annotated, Literal, cast, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -42,6 +42,9 @@ def source_comments(params_path: Path) -> dict[str, str]:
 
 def describe_type(annotation, metadata) -> str:
     """'int >= 1', 'float in [0, 1]', 'one of nature, nips' ..."""
+    if get_origin(annotation) is Annotated:  # a constrained type inside a list (seeds)
+        base, *extra = get_args(annotation)
+        return describe_type(base, [m for item in extra for m in getattr(item, "metadata", [item])])
     if get_origin(annotation) is Literal:
         return "one of " + ", ".join(str(a) for a in get_args(annotation))
     if get_origin(annotation) in (dict, list):
@@ -68,25 +71,44 @@ def _sections() -> list[str]:
     ]
 
 
+def _default(field) -> str:
+    return "required" if field.is_required() else repr(field.get_default(call_default_factory=True))
+
+
+def _entry_model(annotation) -> type[BaseModel] | None:
+    """The model of each entry of a dict-of-models knob (study.groups), else None."""
+    args = get_args(annotation)
+    if get_origin(annotation) is dict and isinstance(args[1], type):
+        return args[1] if issubclass(args[1], BaseModel) else None
+    return None
+
+
 def _knobs(params: Params, section: str, comments: dict[str, str]):
-    """(key, type, default, value in force, description, source) of a section's knobs."""
+    """(key, type, default, value in force, description, source) of a section's knobs; a
+    dict of models (study.groups) is followed by its entries' fields, as KEY.<name>.FIELD,
+    their value in force given for the entries that set one."""
     model = cast(type[BaseModel], Params.model_fields[section].annotation)
     current = getattr(params, section)
     for key, field in model.model_fields.items():
-        value = ", ".join(current.groups) if key == "groups" else getattr(current, key)
-        default = (
-            "required"
-            if field.is_required()
-            else repr(field.get_default(call_default_factory=True))
-        )
+        value = getattr(current, key)
+        entry = _entry_model(field.annotation)
+        kind = describe_type(field.annotation, field.metadata)
+        if entry is not None:
+            kind = f"dict of name -> {entry.__name__} (its fields: the rows below)"
+        shown = ", ".join(value) if entry is not None else value
         yield (
             key,
-            describe_type(field.annotation, field.metadata),
-            default,
-            value,
+            kind,
+            _default(field),
+            shown,
             field.description or "",
             comments.get(f"{section}.{key}", ""),
         )
+        for name, sub in (entry.model_fields if entry is not None else {}).items():
+            default = sub.get_default(call_default_factory=True)
+            set_by = {k: getattr(v, name) for k, v in value.items() if getattr(v, name) != default}
+            kind = describe_type(sub.annotation, sub.metadata)
+            yield f"{key}.<name>.{name}", kind, _default(sub), set_by, sub.description or "", ""
 
 
 def _summary(section: str) -> str:
@@ -120,12 +142,18 @@ def reference_page(params: Params, params_path: Path) -> str:
     Markdown table per section, the value params.yaml sets beside the model's default."""
     comments = source_comments(params_path)
     lines = [
+        "---",
+        "hide: [toc]  # the tables need the width; the sections are linked below the title",
+        "---",
+        "",
         "# Parameters",
         "",
         "Every knob of `params.yaml`, generated from the params models' own "
         "descriptions (`make docs-tables`; a test keeps it current). "
         "`reprodqn params --explain [SECTION]` prints the same, with the values in "
         "force after presets and `--set`.",
+        "",
+        "Sections: " + " · ".join(f"[`{name}`](#{name})" for name in _sections()),
         "",
     ]
     for name in _sections():
@@ -139,7 +167,7 @@ def reference_page(params: Params, params_path: Path) -> str:
         ]
         for key, kind, default, value, description, source in _knobs(params, name, comments):
             shown = f"`{default}`"
-            if key != "groups" and repr(value) != default:
+            if key != "groups" and "<name>" not in key and repr(value) != default:
                 shown += f" (params.yaml: `{value!r}`)"
             cells = [f"`{name}.{key}`", kind, shown, description, source]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")

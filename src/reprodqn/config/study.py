@@ -27,7 +27,9 @@ class GroupConfig(Frozen):
     vary: rng.RunStream | None = Field(
         None, description="The seed that differs between this group's runs, if any."
     )
-    seeds: list[Seed] = Field(default_factory=list, description="Run r uses seeds[r].")
+    seeds: list[Seed] = Field(
+        default_factory=list, description="Run r's seed for the varied stream: seeds[r]."
+    )
     set: dict[str, bool | int | float | str] = Field(
         default_factory=dict, description="Dotted overrides of the base config for this group."
     )
