@@ -36,6 +36,19 @@ def atomic_open(path: str | Path, mode: str = "w") -> Iterator[IO]:
     fsync_dir(path.parent)
 
 
+@contextlib.contextmanager
+def no_empty_folder_left(path: Path) -> Iterator[None]:
+    """If the block fails, remove `path` when the block made it and left it empty: a
+    command that wrote nothing leaves no trace."""
+    made = not path.exists()
+    try:
+        yield
+    except BaseException:
+        if made and path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+        raise
+
+
 def file_mode(path: Path) -> int:
     """The mode open() would leave `path` with: its own if it exists, else 0o666 less the
     umask (mkstemp's 0o600 would hide a study's results from the rest of a lab's group)."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from reprodqn.core import packaged, workspace
+from reprodqn.core.atomic import no_empty_folder_left
 from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.determinism.checkpoints import save_weights
@@ -172,23 +173,18 @@ def evaluate_policy_file(
             None,
         )
     hashes = [{"step": 0, "weights_sha256": digest}]
-    made = not out_dir.exists()
-    try:
-        with Evaluator(protocol, sequences, workers) as evaluator:
-            (done,) = evaluate_run(
-                out_dir,
-                out_dir,
-                hashes,
-                evaluator,
-                specs,
-                evaluation_digest(protocol, specs, sequences_sha, hashes),
-                used,
-                policies,
-            )
-    except BaseException:  # a policy that fails in play (an action the game lacks)
-        if made and out_dir.is_dir() and not any(out_dir.iterdir()):
-            out_dir.rmdir()  # leaves no trace of a run that wrote nothing
-        raise
+    # a policy may fail in play (an action the game lacks)
+    with no_empty_folder_left(out_dir), Evaluator(protocol, sequences, workers) as evaluator:
+        (done,) = evaluate_run(
+            out_dir,
+            out_dir,
+            hashes,
+            evaluator,
+            specs,
+            evaluation_digest(protocol, specs, sequences_sha, hashes),
+            used,
+            policies,
+        )
     print(
         f"evaluate-policy: {policy} (sha256 {policy_sha256}) on {len(specs)} episodes: "
         f"mean score {done.mean_score:.2f} -> {out_dir / workspace.EVAL_CSV}",
