@@ -3,9 +3,22 @@ max-Q, and distinct greedy actions per checkpoint, with the step-0 network and t
 uniform-random policy as baselines (experiments/learning_check.py writes the inputs), and, with
 --dopamine, Dopamine's published Breakout curves on the score panel.
 
+The documentation's two figures (two panels a row, readable at the page's width):
+
+    L=docs/learning
     .venv/bin/python experiments/learning_plot.py --out docs/learning-check.png \\
-        --dopamine docs/learning/dopamine-breakout.json \\
-        "authors-2018=docs/learning/authors-2018/learning_check.jsonl"
+        --columns 2 --dopamine $L/dopamine-breakout.json \\
+        "authors-2018 init 123=$L/authors-2018-onednn/learning_check.jsonl" \\
+        "authors-2018 init 125=$L/authors-2018-init125/learning_check.jsonl" \\
+        "authors-2018 init 123, at 4efef4f=$L/authors-2018-actors1/learning_check.jsonl" \\
+        "adam=$L/adam/learning_check.jsonl" "deepmind-2015=$L/deepmind-2015/learning_check.jsonl" \\
+        "dqn (default)=$L/dqn/learning_check.jsonl"
+    T="authors-2018 (seed 123): one actor and 4 lockstep actors at equal transitions; "
+    T+="ε 1→0.1 over 100K from 20K, replay 300K, the authors' 100 start states, 18,000-frame cap"
+    .venv/bin/python experiments/learning_plot.py --out docs/lockstep-actors.png \\
+        --columns 2 --until 400000 --title "$T" \\
+        "1 actor=$L/authors-2018-actors1/learning_check.jsonl" \\
+        "4 lockstep actors=$L/authors-2018-actors4/learning_check.jsonl"
 
 --markdown FILE writes the same runs as the README's table (score, distinct greedy actions
 and Q's spread per checkpoint).
@@ -127,6 +140,9 @@ def main() -> None:
     parser.add_argument(
         "--columns", type=int, default=None, help="panels per row (default: all in one row)"
     )
+    parser.add_argument(
+        "--until", type=int, default=None, help="draw the checkpoints up to this step only"
+    )
     args = parser.parse_args()
     panels = [(key, name.format(states=args.states)) for key, name in PANELS if key in args.panels]
     runs = []
@@ -134,15 +150,17 @@ def main() -> None:
         label, sep, path = item.partition("=")
         if not sep:
             sys.exit(f"{item}: expected LABEL=path/to/learning_check.jsonl")
-        runs.append((label, read(Path(path))))
+        lines = read(Path(path))
+        runs.append(
+            (label, [line for line in lines if line["step"] <= (args.until or line["step"])])
+        )
     if args.markdown:
         args.markdown.write_text(markdown_table(runs))
     columns = min(args.columns or len(panels), len(panels))
     grid = -(-len(panels) // columns)
     # the title wrapped to the figure's width (about 11 characters an inch at its size)
     title = textwrap.wrap(args.title, width=int(11 * 4.5 * columns))
-    height = 4.5 * grid + 1.2 + 0.3 * len(title)  # each row of panels, the title, the legend
-    fig, axes = plt.subplots(grid, columns, figsize=(4.5 * columns, height), squeeze=False)
+    fig, axes = plt.subplots(grid, columns, figsize=(4.5 * columns, 4.5 * grid), squeeze=False)
     axes = axes.flatten()[: len(panels)]
     for ax, (key, name) in zip(axes, panels, strict=True):
         step0: dict[float, list[tuple[int, str]]] = {}  # runs sharing an initialisation: one line
@@ -190,11 +208,19 @@ def main() -> None:
     for ax in axes:  # one legend for all panels, below them
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, handle)
+    legend_columns = min(3, columns)  # its labels run long: three fit below 3 panels
+    rows = -(-len(handles) // legend_columns)  # the legend's rows, below the panels
+    height = 4.5 * grid + 0.3 * rows + 0.6 + 0.3 * len(title)  # panels, legend, title
+    fig.set_size_inches(4.5 * columns, height)
     fig.legend(
-        handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=8, frameon=False
+        handles.values(),
+        handles.keys(),
+        loc="lower center",
+        ncol=legend_columns,
+        fontsize=8,
+        frameon=False,
     )
     fig.suptitle("\n".join(title))
-    rows = -(-len(handles) // 3)  # the legend's rows, below the panels
     fig.tight_layout(rect=(0, (0.3 * rows + 0.2) / height, 1, 1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".tmp.png")
