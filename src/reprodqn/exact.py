@@ -259,6 +259,12 @@ class HashChain:
         the line. The weights hash covers names, dtypes, shapes and bytes."""
         from reprodqn.determinism.checkpoints import cpu_weights, save_weights
 
+        written = workspace.read_hashes(self.directory)
+        if written and step <= written[-1]["step"]:
+            raise InputError(
+                f"HashChain.checkpoint: step {step} is not after the last one, "
+                f"{written[-1]['step']} ({self.log.path}): a counter the resume point lacks?"
+            )
         tensors = cpu_weights(weights) if hasattr(weights, "state_dict") else weights
         path = workspace.checkpoint_path(self.directory, step)
         digest = save_weights(path, tensors, {"step": str(step), **(metadata or {})})
@@ -372,17 +378,13 @@ def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) 
         if None not in (script, theirs.get("script_sha256")) and theirs["script_sha256"] != script:
             raise InputError(
                 f"{directory}: holds a run of another version of {sys.argv[0]} (its SHA-256 "
-                "differs: a resumed run would mix two codes); give another directory or "
-                "remove it"
+                "differs: a resumed run would mix two codes); use another directory or remove it"
             )
         if theirs.get("digest") != digest:
-            changed = sorted(
-                k
-                for k in set(config) | set(theirs.get("config", {}))
-                if config.get(k) != theirs.get("config", {}).get(k)
-            )
+            recorded_config = theirs.get("config", {})
+            changed = provenance.differing_values(config, recorded_config, ("now", "recorded"))
             raise InputError(
-                f"{directory}: holds a run with a different config ({', '.join(changed)}); "
+                f"{directory}: holds a run with a different config: {'; '.join(changed)}; "
                 "give another directory or remove it"
             )
     directory.mkdir(parents=True, exist_ok=True)

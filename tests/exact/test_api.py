@@ -56,6 +56,8 @@ def test_the_chain_names_every_loss_and_the_weights_and_cuts_back_on_restore(tmp
     flipped.extend([0.25, 0.5])  # the order is part of what was computed
     assert flipped.loss_chain != line["loss_chain_sha256"]
     assert (tmp_path / "checkpoints" / "step-000000010.safetensors").exists()
+    with pytest.raises(InputError, match="step 10 is not after the last one, 10"):
+        chain.checkpoint(10, net)  # a step counter left out of the resume point repeats
     chain.set_state(saved)
     lines = (tmp_path / "hashes.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [0]
@@ -233,7 +235,7 @@ def test_a_run_folder_refuses_another_config_or_script_and_records_its_condition
     }
     exact.start_run(tmp_path, {"lr": 0.1, "seed": 1}, process)  # the same run, resumed
     exact.start_run(tmp_path, {"lr": np.float64(0.1), "seed": np.int64(1)}, process)
-    with pytest.raises(InputError, match=r"different config \(lr\)"):
+    with pytest.raises(InputError, match=r"different config: lr \(now 0.2, recorded 0.1\);"):
         exact.start_run(tmp_path, {"lr": 0.2, "seed": 1}, process)
     script.write_text("LOSS = 'l1'\n")  # the code changed: its results are not resumed
     with pytest.raises(InputError, match=r"another version of .*train\.py"):
