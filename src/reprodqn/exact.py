@@ -381,8 +381,8 @@ def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) 
                 "differs: a resumed run would mix two codes); use another directory or remove it"
             )
         if theirs.get("digest") != digest:
-            recorded_config = theirs.get("config", {})
-            changed = provenance.differing_values(config, recorded_config, ("now", "recorded"))
+            ours, recorded_config = dict(config), theirs.get("config", {})
+            changed = provenance.differing_values(ours, recorded_config, ("now", "recorded"))
             raise InputError(
                 f"{directory}: holds a run with a different config: {'; '.join(changed)}; "
                 "give another directory or remove it"

@@ -4,6 +4,7 @@ their stages, the bundle and verify."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -323,8 +324,25 @@ def test_the_bundle_verifies_and_a_divergence_is_found(workspace, tmp_path):
         text=True,
         env=env(),
     )
-    assert tampered.returncode == 2 and "do not match the bundle's MANIFEST" in tampered.stderr
-    (reference / "MANIFEST.sha256").unlink()
+    assert (
+        tampered.returncode == 2 and "not as the bundle's MANIFEST.sha256 lists" in tampered.stderr
+    )
+    manifest = reference / "MANIFEST.sha256"
+    listed = manifest.read_text().splitlines()
+    manifest.unlink()
+    refused = subprocess.run(
+        [*run, "verify", "--reference", str(reference)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
+    assert refused.returncode == 2 and "a bundle without its MANIFEST.sha256" in refused.stderr
+    name = "runs/minibatch/1/hashes.jsonl"  # the manifest made to match the altered chain
+    digest = hashlib.sha256(hashes.read_bytes()).hexdigest()
+    manifest.write_text(
+        "".join(f"{digest}  {name}\n" if x.endswith(name) else x + "\n" for x in listed)
+    )
     different = subprocess.run(
         [*run, "verify", "--reference", str(reference)],
         cwd=root,

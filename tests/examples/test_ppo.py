@@ -123,7 +123,10 @@ def test_another_config_in_the_same_folder_is_refused_in_one_line(runs):
         capture_output=True,
         text=True,
     )
-    assert done.returncode == 2 and "different config: lr (now 0.001, recorded 0.00025);" in done.stderr
+    assert (
+        done.returncode == 2
+        and "different config: lr (now 0.001, recorded 0.00025);" in done.stderr
+    )
     assert done.stderr.count("\n") == 1, done.stderr
 
 

@@ -4,6 +4,7 @@ scratch or from a resume point the bundle ships."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -114,6 +115,7 @@ def test_a_shipped_resume_point_starts_the_spot_check_late(shipped, tmp_path):
     )
     result = _spot_check(copy, 600, tmp_path / "rerun")
     assert result["identical"] and result["from_step"] == 300
+    assert result["records_compared"] == 2 + 3  # computed here: checkpoints 400, 600; process
     # a corrupted shipped point is refused, not trained from
     victim = next(p for p in out.rglob("*.npy"))
     victim.write_bytes(victim.read_bytes()[:-1] + b"\x01")
@@ -227,10 +229,29 @@ def test_commands_with_a_reference_take_its_params_unless_given(tmp_path):
     cases = [
         ({"reference": bundle}, bundle / "params.yaml"),
         ({"resume": point}, bundle / "params.yaml"),
-        ({"reference": tmp_path / "nothing-here"}, Path("params.yaml")),
+        ({"resume": point / "step-000000400"}, bundle / "params.yaml"),  # a point's own folder
+        ({"reference": tmp_path, "command": "verify"}, Path("params.yaml")),  # none there: ./
         ({"reference": bundle, "params": Path("mine.yaml")}, Path("mine.yaml")),
     ]
     for given, expected in cases:
         args = argparse.Namespace(**{"params": None, **given})
         resolve_params_path(args)
         assert args.params == expected, given
+    # the archive itself, or a folder that is not there: one line saying so, not "no params"
+    archive = tmp_path / "reprodqn-bundle.tar.gz"
+    archive.write_bytes(b"")
+    for reference, message in (
+        (archive, "not a directory (expected a workspace or an unpacked bundle; unpack it first"),
+        (tmp_path / "nothing-here", "not a directory (expected a workspace or an unpacked bundle)"),
+    ):
+        with pytest.raises(InputError, match=re.escape(message)):
+            resolve_params_path(argparse.Namespace(params=None, reference=reference))
+
+
+def test_a_run_that_differs_by_design_is_refused_before_it_is_retrained(tmp_path):
+    """The gpu group's runs never repeat their chain (nondeterministic kernels, or on a CPU
+    their emulation): --rerun said DIFFERENT after retraining, with the trace hint."""
+    config = resolve_run(load_params(PARAMS), "gpu", 0)
+    with pytest.raises(InputError, match="--rerun gpu/0: differs by design"):
+        verify.spot_check(tmp_path, config, 100, tmp_path / "scratch")
+    assert not (tmp_path / "scratch").exists()

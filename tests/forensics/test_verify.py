@@ -205,7 +205,12 @@ def test_the_settings_that_differ_are_named_with_both_values(tmp_path):
         (run_dir(root) / "config.json").write_text(json.dumps(config))
     lines = verify.summary(verify.verify(ours, theirs, STUDY)).splitlines()
     assert "settings that differ: seeds.minibatch (ours 124, reference 123)" in lines
-    assert any(line.startswith("next: `reprodqn trace`") for line in lines)
+    # the settings explain the parting: train with the reference's, not trace the ops
+    assert verify.SETTINGS_FIRST in lines and verify.NEXT not in lines
+    for root in (ours, theirs):
+        (run_dir(root) / "config.json").unlink()
+    lines = verify.summary(verify.verify(ours, theirs, STUDY)).splitlines()
+    assert verify.NEXT in lines and verify.SETTINGS_FIRST not in lines
 
 
 def test_where_the_loss_chains_part_process_jsonl_says_it_sharper(tmp_path):

@@ -20,6 +20,7 @@ from tests.helpers import ROOT
 STUDY_FILES = {
     "dvc.yaml": "stages: {}\n",
     "params.yaml": "study: {}\n",
+    "pyproject.toml": "[project]\nname = 'reprodqn'\n",  # with src/reprodqn: a checkout
     "src/reprodqn/__init__.py": '"""x"""\n',
     "start_sequences/authors.json": '{"sequences": []}\n',
     "runs/deterministic/0/hashes.jsonl": '{"step": 0}\n',
@@ -107,6 +108,7 @@ def test_a_workspace_without_a_checkout_ships_the_installed_package_as_its_code(
 
     workspace_files = {k: v for k, v in STUDY_FILES.items() if not k.startswith("src/")}
     unpacked, _ = bundled(tmp_path, workspace_files)
+    assert "pip install reprodqn==" in (unpacked / "REPLICATE.md").read_text()
     shipped = unpacked / bundle.INSTALLED_CODE
     installed = package_files()
     assert {p.relative_to(shipped).as_posix() for p in shipped.rglob("*") if p.is_file()} == set(
@@ -180,3 +182,52 @@ def test_a_reference_copy_holds_the_results_not_the_code_and_keeps_its_readme(tm
     assert not out.with_name("laptop.tmp").exists() and not out.with_name("laptop.old").exists()
     (out / "runs/deterministic/0/hashes.jsonl").write_text('{"step": 1}\n')
     assert bundle.check_manifest(out) == ["runs/deterministic/0/hashes.jsonl"]
+
+
+def test_a_scratch_workspace_with_a_copy_of_src_ships_the_installed_package(tmp_path):
+    """make smoke's workspace holds a copy of src/ (for its stages' dependencies) but is no
+    checkout: its bundle held that copy, whose data links resolved into the workspace (the
+    smoke params as the package's); the code that ran is the installed package."""
+    files = {k: v for k, v in STUDY_FILES.items() if k != "pyproject.toml"}
+    unpacked, _ = bundled(tmp_path, files)
+    listed = manifest(unpacked)
+    assert not any(name.startswith("src/") for name in listed)
+    assert f"{bundle.INSTALLED_CODE}/exact.py" in listed
+
+
+def test_the_bundle_says_how_to_replicate_it_and_its_archive_carries_its_sha256(tmp_path):
+    import hashlib
+
+    unpacked, out = bundled(tmp_path, STUDY_FILES)
+    page = (unpacked / "REPLICATE.md").read_text()
+    assert "pip install ./reprodqn-bundle" in page and "sha256sum -c MANIFEST.sha256" in page
+    assert "reprodqn verify --reference ../reprodqn-bundle" in page
+    assert "REPLICATE.md" in manifest(unpacked)
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    assert out.with_name(out.name + ".sha256").read_text() == f"{digest}  {out.name}\n"
+    with pytest.raises(InputError, match=r"--out .*dist: a directory; give the archive's path"):
+        bundle.write(tmp_path / "study", out.parent, checkpoints=False)
+
+
+def test_a_manifest_that_is_not_sha256sums_or_misses_files_is_named(tmp_path):
+    """A blank line is skipped; a malformed line, or one naming a path outside the bundle,
+    is one line naming it (it was a traceback, or a read outside); a file the manifest does
+    not list is named; a bundle whose manifest is gone is refused, not read unchecked."""
+    from reprodqn.forensics import verify
+
+    unpacked, _ = bundled(tmp_path, STUDY_FILES)
+    path = unpacked / "MANIFEST.sha256"
+    text = path.read_text()
+    path.write_text(text + "\n")
+    assert bundle.check_manifest(unpacked) == []
+    (unpacked / "runs/deterministic/0/extra.json").write_text("{}")
+    assert bundle.check_manifest(unpacked) == [
+        "runs/deterministic/0/extra.json (not in the manifest)"
+    ]
+    for line in ("0" * 64 + " one-space.txt", "0" * 64 + "  ../../etc/hostname", "garbage"):
+        path.write_text(text + line + "\n")
+        with pytest.raises(InputError, match=rf"line {text.count(chr(10)) + 1} is not 'SHA-256  "):
+            bundle.check_manifest(unpacked)
+    path.unlink()
+    with pytest.raises(InputError, match="a bundle without its MANIFEST.sha256"):
+        verify.check_bundle(unpacked)

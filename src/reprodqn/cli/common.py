@@ -47,17 +47,31 @@ def resolve_params_path(args) -> None:
         args.params = packaged.default_params()
         return
     candidates = []
-    if getattr(args, "reference", None) is not None:
-        candidates.append(Path(args.reference) / "params.yaml")
-    if getattr(args, "resume", None) is not None:  # a bundle's resume-points/GROUP/RUN
-        candidates += [parent / "params.yaml" for parent in Path(args.resume).parents][:3]
+    reference = getattr(args, "reference", None)
+    if reference is not None:
+        if not Path(reference).is_dir():
+            unpack = (
+                f"; unpack it first: tar -xzf {reference}" if ".tar" in Path(reference).name else ""
+            )
+            raise InputError(
+                f"--reference {reference}: not a directory (expected a workspace or an "
+                f"unpacked bundle{unpack})"
+            )
+        candidates.append(Path(reference) / "params.yaml")
+    if getattr(args, "resume", None) is not None:  # a bundle's resume-points/GROUP/RUN/STEP
+        candidates += [parent / "params.yaml" for parent in Path(args.resume).parents][:4]
     shipped = next((c for c in candidates if c.is_file()), None)
     here = Path("params.yaml")
     if shipped is None and not here.is_file():
         if args.command not in WORKSPACE_FREE:
+            there = (
+                f"{reference} (a workspace or an unpacked bundle has one) nor in "
+                if (reference is not None)
+                else ""
+            )
             raise InputError(
-                f"no params.yaml in {Path.cwd()}: `reprodqn {args.command}` runs in a study "
-                "workspace; make one with `reprodqn init [DIR]` (or name a file: --params)"
+                f"no params.yaml in {there}{Path.cwd()}: `reprodqn {args.command}` runs in a "
+                "study workspace; make one with `reprodqn init [DIR]` (or name a file: --params)"
             )
         shipped = packaged.default_params()
     args.params = shipped or here

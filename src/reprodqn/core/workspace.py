@@ -112,16 +112,22 @@ def read_process(run: Path) -> list[dict]:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    """A run's log, none where it has none; a torn or altered line is one line naming it."""
+    """A run's log, none where it has none; a torn or altered line is one line naming it
+    (every record is an object with its step)."""
     if not path.exists():
         return []
     records = []
     for number, text in enumerate(path.read_text().splitlines(), 1):
         if text.strip():
             try:
-                records.append(json.loads(text))
+                record = json.loads(text)
             except json.JSONDecodeError:
                 raise InputError(f"{path}: line {number} is not JSON (corrupted?)") from None
+            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+                raise InputError(
+                    f"{path}: line {number} is not a record with a whole-number step (corrupted?)"
+                )
+            records.append(record)
     return records
 
 

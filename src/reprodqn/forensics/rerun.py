@@ -110,9 +110,11 @@ def train_until(
     return scratch
 
 
-def compare_prefix(reference_run: Path, rerun: Path, until: int) -> dict:
+def compare_prefix(reference_run: Path, rerun: Path, until: int, after: int = -1) -> dict:
     """The reference's checkpoint and process records up to `until` against the rerun's:
-    the earliest that differs (process records are finer: every log_every steps)."""
+    the earliest that differs (process records are finer: every log_every steps), and how
+    many were computed here (after `after`, the step of the resume point it started from,
+    whose logs hold the records before it)."""
     compared, firsts = 0, []
     for name, read, keys in (
         (LOGS[0], workspace.read_hashes, CHAINS),
@@ -123,7 +125,7 @@ def compare_prefix(reference_run: Path, rerun: Path, until: int) -> dict:
             if theirs["step"] > until:
                 break
             mine = ours.get(theirs["step"])
-            compared += 1
+            compared += theirs["step"] > after
             differing = [k for k in keys if mine is None or mine.get(k) != theirs.get(k)]
             if differing:
                 firsts.append({"file": name, "step": theirs["step"], "fields": differing})

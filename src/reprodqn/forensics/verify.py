@@ -20,7 +20,7 @@ from reprodqn.report.study_records import load_study
 
 def check_bundle(reference: Path) -> None:
     """An unpacked bundle must match its manifest before anything is compared with it."""
-    from reprodqn.report.bundle import MANIFEST, check_manifest
+    from reprodqn.report.bundle import MANIFEST, METADATA, check_manifest
 
     if not reference.is_dir():
         raise InputError(
@@ -30,13 +30,22 @@ def check_bundle(reference: Path) -> None:
         bad = check_manifest(reference)
         if bad:
             raise InputError(
-                f"{reference}: {len(bad)} files do not match the bundle's "
-                f"{MANIFEST} (first: {bad[0]})"
+                f"{reference}: {chains.plural(len(bad), 'file')} not as the bundle's "
+                f"{MANIFEST} lists (first: {bad[0]})"
             )
+    elif (reference / METADATA[-1]).exists():  # a bundle's crate, without the manifest
+        raise InputError(
+            f"{reference}: a bundle without its {MANIFEST}, so its files cannot be checked "
+            "(unpack the archive again)"
+        )
 
 
 NOT_TRAINED = "not trained here"  # the "chain" of a run the reference has and ours lacks
 NOT_IN_REFERENCE = "not trained in the reference"  # and of a run ours has and it lacks
+SETTINGS_FIRST = (
+    "next: the settings below differ, which alone parts chains; train with the "
+    "reference's (its params.yaml) before looking for the op"
+)
 NEXT = (
     "next: `reprodqn trace` on both machines from a resume point before that step, then "
     "`reprodqn trace-diff`, names the first differing op"
@@ -165,7 +174,9 @@ def summary(result: dict) -> str:
     else:
         first = result["first_divergence"]
         lines = [f"verify: DIFFERENT: {_where(first)}", _isa_line(result)]
-        if first["chain"] not in (NOT_TRAINED, NOT_IN_REFERENCE, "length", "step", "evaluation"):
+        if result.get("config_differing"):
+            lines.append(SETTINGS_FIRST)
+        elif first["chain"] not in (NOT_TRAINED, NOT_IN_REFERENCE, "length", "step", "evaluation"):
             lines.append(NEXT)
     return "\n".join(lines + _besides(result, all_conditions=True))
 
@@ -209,6 +220,12 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
     from reprodqn.forensics import rerun
 
     reference, group, run = Path(reference), config.group, config.run
+    if config.compute.cpu_reduction_order == "random" or not config.compute.deterministic_gpu:
+        raise InputError(
+            f"--rerun {group}/{run}: differs by design (compute.deterministic_gpu: false or "
+            "cpu_reduction_order: random, nondeterministic kernels or their CPU emulation), "
+            "so no two trainings give its chain; rerun a run of another group"
+        )
     if until > config.train.steps:
         raise InputError(f"--until {until}: the run has only {config.train.steps} steps")
     reference_run = workspace.run_dir(reference / workspace.RUNS, group, run)
@@ -226,7 +243,7 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
         progress=progress.update,
         reference_run=reference_run,
     )
-    result = rerun.compare_prefix(reference_run, Path(scratch), until)
+    result = rerun.compare_prefix(reference_run, Path(scratch), until, after=start or -1)
     ours = read_json(Path(scratch) / workspace.CONDITIONS, "conditions record")
     theirs_path = reference_run / workspace.CONDITIONS
     theirs = read_json(theirs_path, "conditions record") if theirs_path.exists() else ours
@@ -246,8 +263,8 @@ def spot_check_summary(result: dict) -> str:
     if result["identical"]:
         lines = [
             f"verify: identical: {result['run']} retrained {origin} to step "
-            f"{result['until']}; {result['records_compared']} checkpoint and process "
-            "records match the reference's"
+            f"{result['until']}; the {chains.plural(result['records_compared'], 'record')} "
+            "it computed (checkpoints and process logs) match the reference's"
         ]
     else:
         first = result["first"]

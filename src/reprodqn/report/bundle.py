@@ -14,6 +14,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -25,7 +27,7 @@ from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.core.packaged import package_files
 from reprodqn.determinism import provenance
-from reprodqn.report import citation
+from reprodqn.report import citation, readme
 
 PROJECT_FILES = (
     "README.md",
@@ -55,8 +57,15 @@ def manifest_text(hashes: dict[str, str]) -> str:
     return "".join(f"{hashes[name]}  {name}\n" for name in sorted(hashes))
 
 
+def is_checkout(root: Path) -> bool:
+    """A checkout of reprodqn (its code is its own files), not a workspace that runs the
+    installed package (`reprodqn init`'s, or a checkout's scratch one such as build/smoke)."""
+    return (root / "pyproject.toml").is_file() and (root / "src" / "reprodqn").is_dir()
+
+
 def _tracked(root: Path) -> list[Path]:
-    """Git-tracked project files when git knows them, else the project's own layout."""
+    """Git-tracked project files when git knows them, else the project's own layout; in a
+    workspace, only its own files (its code is the installed package: installed_code)."""
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, timeout=20
@@ -66,7 +75,7 @@ def _tracked(root: Path) -> list[Path]:
     except (OSError, subprocess.TimeoutExpired):
         pass
     files = [Path(f) for f in PROJECT_FILES if (root / f).is_file()]
-    for directory in PROJECT_DIRS:
+    for directory in PROJECT_DIRS if is_checkout(root) else ():
         files += [
             p.relative_to(root)
             for p in (root / directory).rglob("*")
@@ -105,35 +114,51 @@ def collect(root: Path, checkpoints: bool) -> list[Path]:
 
 def write(root: Path, out: Path, checkpoints: bool) -> dict:
     """The archive, and beside it the CITATION.cff and ro-crate-metadata.json it holds
-    (what an archive such as Zenodo reads from an upload)."""
+    (what an archive such as Zenodo reads from an upload) and its own SHA-256 (OUT.sha256,
+    sha256sum's format)."""
     root, out = Path(root), Path(out)
+    if out.is_dir():
+        raise InputError(f"--out {out}: a directory; give the archive's path (e.g. {out}/x.tar.gz)")
     files = collect(root, checkpoints)
     contents: dict[str, bytes | None] = {f.as_posix(): None for f in files}  # None: on disk
     contents.update(installed_code(root))
+    contents[readme.NAME] = readme.text(root, is_checkout(root)).encode()
     # each file read for its hash once: the manifest and the crate share them (checkpoints
     # and resume points run to gigabytes)
     hashes = {name: _sha256(root, name, data) for name, data in contents.items()}
     described = metadata(root, contents, hashes)
     contents.update(described)
     hashes.update({name: sha256_bytes(data) for name, data in described.items()})
-    manifest = manifest_text(hashes)
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in sorted(contents):
-            held = contents[name]
-            data = (root / name).read_bytes() if held is None else held
-            tar.addfile(_info(f"{ROOT}/{name}", len(data)), io.BytesIO(data))
-        data = manifest.encode()
-        tar.addfile(_info(f"{ROOT}/{MANIFEST}", len(data)), io.BytesIO(data))
+    contents[MANIFEST] = manifest_text(hashes).encode()
+    try:
+        _write_archive(root, out, contents)
+        for name in METADATA:
+            with atomic_open(out.parent / name, "wb") as handle:
+                handle.write(contents[name])
+        digest = sha256_file(out)
+        with atomic_open(out.with_name(out.name + ".sha256"), "w") as handle:
+            handle.write(f"{digest}  {out.name}\n")
+    except OSError as error:
+        raise InputError(f"--out {out}: cannot write there ({error.strerror})") from None
+    return {"files": len(contents), "bytes": out.stat().st_size, "sha256": digest}
+
+
+def _write_archive(root: Path, out: Path, contents: dict[str, bytes | None]) -> None:
+    """The tar.gz, streamed file by file (checkpoints and resume points run to gigabytes);
+    the manifest last, as sha256sum -c reads it."""
     with (
         atomic_open(out, "wb") as handle,
         gzip.GzipFile(fileobj=handle, mode="wb", mtime=0, filename="") as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
-        gz.write(buffer.getvalue())
-    for name in METADATA:
-        with atomic_open(out.parent / name, "wb") as handle:
-            handle.write(contents[name])
-    return {"files": len(contents), "bytes": out.stat().st_size, "sha256": sha256_file(out)}
+        for name in [*sorted(set(contents) - {MANIFEST}), MANIFEST]:
+            held = contents[name]
+            if held is None:
+                with open(root / name, "rb") as source:
+                    size = os.fstat(source.fileno()).st_size
+                    tar.addfile(_info(f"{ROOT}/{name}", size), source)
+            else:
+                tar.addfile(_info(f"{ROOT}/{name}", len(held)), io.BytesIO(held))
 
 
 # a reference copy (reference/laptop/) holds the results and what made them, not the code:
@@ -188,9 +213,9 @@ INSTALLED_CODE = "code/reprodqn"  # a workspace's code: the installed package, a
 
 
 def installed_code(root: Path) -> dict[str, bytes]:
-    """In a workspace made by `reprodqn init` (no checkout's src/ beside it), the installed
-    package's files, so the archive holds the code that made its results."""
-    if (root / "src" / "reprodqn").is_dir():
+    """In a workspace (not a checkout), the installed package's files, so the archive holds
+    the code that made its results."""
+    if is_checkout(root):
         return {}
     return {f"{INSTALLED_CODE}/{name}": path.read_bytes() for name, path in package_files().items()}
 
@@ -231,15 +256,30 @@ def _info(name: str, size: int) -> tarfile.TarInfo:
 
 
 def check_manifest(directory: Path) -> list[str]:
-    """Files of an unpacked bundle whose SHA-256 does not match its manifest."""
+    """Files of an unpacked bundle whose SHA-256 does not match its manifest, then files it
+    holds that the manifest does not list (a reference copy's README.md aside); a line that
+    is not `SHA-256  relative/path` is one line naming it."""
     directory = Path(directory)
     manifest = directory / MANIFEST
     if not manifest.exists():
         raise InputError(f"{manifest}: not found (not an unpacked reprodqn bundle?)")
-    bad = []
-    for line in manifest.read_text().splitlines():
+    bad, listed = [], {MANIFEST, *REFERENCE_KEPT}
+    for number, line in enumerate(manifest.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
         digest, _, name = line.partition("  ")
+        if (
+            not re.fullmatch(r"[0-9a-f]{64}", digest)
+            or not name
+            or name.startswith("/")
+            or (".." in Path(name).parts)
+        ):
+            raise InputError(
+                f"{manifest}: line {number} is not 'SHA-256  path inside the bundle' (corrupted?)"
+            )
+        listed.add(name)
         path = directory / name
-        if not path.exists() or sha256_file(path) != digest:
+        if not path.is_file() or sha256_file(path) != digest:
             bad.append(name)
-    return bad
+    held = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+    return bad + [f"{name} (not in the manifest)" for name in sorted(held - listed)]
