@@ -29,6 +29,8 @@ STUDY_FILES = {
     "reports/report.html": "<html></html>\n",
     "results/conditions.json": "{}\n",
     "results/sbom.cdx.json": "{}\n",
+    "results/audit.json": "{}\n",
+    "resume-points/deterministic/0/latest.json": "{}\n",
 }
 
 
@@ -75,7 +77,8 @@ def test_the_crate_lists_every_file_with_the_manifests_hash(unpacked):
     assert roles["start_sequences/authors.json"] == "input"
     assert roles["runs/deterministic/0/hashes.jsonl"] == roles["reports/report.html"] == "output"
     assert roles["results/sbom.cdx.json"] == "software"
-    assert roles["results/conditions.json"] == "conditions"
+    assert roles["results/conditions.json"] == roles["results/audit.json"] == "conditions"
+    assert roles["resume-points/deterministic/0/latest.json"] == "output"
     assert crate.mainEntity.id == "dvc.yaml" and "ComputationalWorkflow" in crate.mainEntity.type
     study = crate.get("#study")
     inputs = {e.id for e in study["object"]}
@@ -175,6 +178,7 @@ def test_a_reference_copy_holds_the_results_not_the_code_and_keeps_its_readme(tm
         "evaluations/deterministic/0/eval.csv",
         "results/conditions.json",
         "results/sbom.cdx.json",
+        "results/audit.json",
     }
     assert info["files"] == len(shipped) and bundle.check_manifest(out) == []
     assert (out / "README.md").read_text() == "how this reference was made\n"

@@ -22,9 +22,11 @@ from reprodqn.core import packaged
 from reprodqn.core.errors import InputError
 
 CFF_SCHEMA = "cff-1.2.0.schema.json"  # citation-file-format/citation-file-format, CC-BY-4.0
-OUTPUT_DIRS = ("runs/", "evaluations/", "reports/", "ranker/")
+# a resume point is a run's state part way: made by the study, as its records are
+OUTPUT_DIRS = ("runs/", "evaluations/", "reports/", "ranker/", "resume-points/")
 SOFTWARE = "results/sbom.cdx.json"
-CONDITIONS = ("results/conditions.json", "results/fingerprint.json")
+# the audit says which ops of this build would be nondeterministic: a condition of the run
+CONDITIONS = ("results/conditions.json", "results/fingerprint.json", "results/audit.json")
 
 
 def release_date(git: dict) -> str:
