@@ -126,7 +126,8 @@ def test_verify_names_a_workspace_with_nothing_to_check_and_a_run_not_trained_he
         "chain": "not trained here",
     }
     assert verify.summary(result).startswith(
-        "verify: DIFFERENT: deterministic/1 is not trained here"
+        "verify: DIFFERENT: deterministic/1 is not trained here (the other side has it)\n"
+        "of 2 runs: 1 identical, 1 not trained here\n"  # a partial replication says what held
     )
 
 

@@ -66,6 +66,7 @@ def verify(ours: Path, reference: Path, study) -> dict:
     first, compared, evaluated = None, 0, 0
     described: tuple[str, int] | None = None
     by_design = []  # runs whose chains differ, as designed: not a replication failure
+    tally = dict.fromkeys(("identical", "parted", NOT_TRAINED, NOT_IN_REFERENCE), 0)
     for group in mine:
         for a, b in zip(mine[group], theirs[group], strict=True):
             if not a.hashes and not b.hashes:
@@ -75,6 +76,8 @@ def verify(ours: Path, reference: Path, study) -> dict:
                 by_design.append(f"{group}/{a.run}")
                 continue
             compared += 1
+            verdict = "identical" if found is None else found["chain"]
+            tally[verdict if verdict in tally else "parted"] += 1
             evaluated += len(set(a.scores) & set(b.scores))
             if described is None or (found is not None and first is None):
                 described = (group, a.run)
@@ -91,6 +94,7 @@ def verify(ours: Path, reference: Path, study) -> dict:
         "checkpoints_evaluated_on_both": evaluated,
         "first_divergence": first,
         "differ_by_design": by_design,
+        "tally": tally,
         **_described(ours, reference, *described),  # type: ignore[misc]  # compared > 0
     }
 
@@ -173,7 +177,9 @@ def summary(result: dict) -> str:
         ]
     else:
         first = result["first_divergence"]
+        counts = [f"{n} {verdict}" for verdict, n in result.get("tally", {}).items() if n]
         lines = [f"verify: DIFFERENT: {_where(first)}", _isa_line(result)]
+        lines.insert(1, f"of {chains.plural(result['runs_compared'], 'run')}: {', '.join(counts)}")
         if result.get("config_differing"):
             lines.append(SETTINGS_FIRST)
         elif first["chain"] not in (NOT_TRAINED, NOT_IN_REFERENCE, "length", "step", "evaluation"):
