@@ -224,6 +224,9 @@ def test_a_manifest_that_is_not_sha256sums_or_misses_files_is_named(tmp_path):
     text = path.read_text()
     path.write_text(text + "\n")
     assert bundle.check_manifest(unpacked) == []
+    (unpacked / ".vscode").mkdir()  # what an editor or dvc leaves in a folder it opens
+    (unpacked / ".vscode" / "settings.json").write_text("{}")
+    assert bundle.check_manifest(unpacked) == []
     (unpacked / "runs/deterministic/0/extra.json").write_text("{}")
     assert bundle.check_manifest(unpacked) == [
         "runs/deterministic/0/extra.json (not in the manifest)"
@@ -235,3 +238,18 @@ def test_a_manifest_that_is_not_sha256sums_or_misses_files_is_named(tmp_path):
     path.unlink()
     with pytest.raises(InputError, match="a bundle without its MANIFEST.sha256"):
         verify.check_bundle(unpacked)
+
+
+def test_commands_that_write_results_refuse_to_run_inside_an_unpacked_bundle(
+    tmp_path, monkeypatch, capsys
+):
+    """Its runs are the reference: `study train` there found them finished and seemed to
+    replicate them, and on another machine would have retrained them in place."""
+    from reprodqn.cli.main import main
+
+    unpacked, _ = bundled(tmp_path, STUDY_FILES)
+    monkeypatch.chdir(unpacked)
+    assert main(["study", "train"]) == 2
+    error = capsys.readouterr().err
+    assert "an unpacked bundle, whose files are the reference; `reprodqn study`" in error
+    assert error.count("\n") == 1 and bundle.check_manifest(unpacked) == []

@@ -106,3 +106,25 @@ def positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
     return int(text)
+
+
+# the commands that write a workspace's results (dvc repro runs them)
+WRITE_RESULTS = (
+    "conditions", "candidates", "ranker", "select", "train", "evaluate", "study", "report",
+    "installed", "resume-point", "audit",
+)  # fmt: skip
+
+
+def refuse_inside_a_bundle(args) -> None:
+    """An unpacked bundle's files are the reference a replication is checked against: a
+    command that writes results there would change them (or, finding its runs finished,
+    seem to replicate them without computing anything)."""
+    from reprodqn.report.bundle import MANIFEST, METADATA
+
+    here = Path.cwd()
+    if args.command in WRITE_RESULTS and all((here / n).exists() for n in (MANIFEST, *METADATA)):
+        raise InputError(
+            f"{here}: an unpacked bundle, whose files are the reference; `reprodqn "
+            f"{args.command}` would change them. Replicate in a new workspace beside it "
+            "(its REPLICATE.md gives the commands), then verify --reference this folder"
+        )

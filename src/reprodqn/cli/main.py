@@ -12,7 +12,7 @@ from pathlib import Path
 
 from reprodqn.cli import forensics, tools
 from reprodqn.cli.common import load as _load
-from reprodqn.cli.common import positive_int, resolve_params_path
+from reprodqn.cli.common import positive_int, refuse_inside_a_bundle, resolve_params_path
 from reprodqn.cli.common import stage as _stage
 from reprodqn.core import lifeline, storage, workspace
 from reprodqn.core.errors import InputError, MachineError
@@ -361,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args) -> int:
     try:
+        refuse_inside_a_bundle(args)
         resolve_params_path(args)
         if hasattr(args, "params") and args.handler is not tools.cmd_params:
             _load(args)

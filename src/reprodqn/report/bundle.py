@@ -281,5 +281,14 @@ def check_manifest(directory: Path) -> list[str]:
         path = directory / name
         if not path.is_file() or sha256_file(path) != digest:
             bad.append(name)
-    held = {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+    held = {
+        path.relative_to(directory).as_posix()
+        for path in directory.rglob("*")
+        if path.is_file()
+        # what tools leave in any folder they open (.dvc/tmp, .vscode, __pycache__)
+        and not any(
+            part.startswith(".") or part == "__pycache__"
+            for part in path.relative_to(directory).parts
+        )
+    }
     return bad + [f"{name} (not in the manifest)" for name in sorted(held - listed)]
