@@ -302,13 +302,12 @@ def test_the_bundle_verifies_and_a_divergence_is_found(workspace, tmp_path):
     assert listed["runs/minibatch/1/hashes.jsonl"] == listed["reports/report.html"] == "output"
     assert listed["start_sequences/selected.json"] == "input"
     assert (reference / "CITATION.cff").exists() and (tmp_path / "CITATION.cff").exists()
-    same = subprocess.run(
-        [*run, "verify", "--reference", str(reference)],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env=env(),
-    )
+
+    def verify_against() -> subprocess.CompletedProcess:
+        command = [*run, "verify", "--reference", str(reference)]
+        return subprocess.run(command, cwd=root, capture_output=True, text=True, env=env())
+
+    same = verify_against()
     assert same.returncode == 0 and "identical: 12 runs" in same.stdout
 
     hashes = reference / "runs" / "minibatch" / "1" / "hashes.jsonl"
@@ -317,38 +316,20 @@ def test_the_bundle_verifies_and_a_divergence_is_found(workspace, tmp_path):
     entry["weights_sha256"] = "0" * 64
     lines[2] = json.dumps(entry)
     hashes.write_text("\n".join(lines) + "\n")
-    tampered = subprocess.run(
-        [*run, "verify", "--reference", str(reference)],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env=env(),
-    )
+    tampered = verify_against()
     assert (
         tampered.returncode == 2 and "not as the bundle's MANIFEST.sha256 lists" in tampered.stderr
     )
     manifest = reference / "MANIFEST.sha256"
-    listed = manifest.read_text().splitlines()
+    manifest_lines = manifest.read_text().splitlines()
     manifest.unlink()
-    refused = subprocess.run(
-        [*run, "verify", "--reference", str(reference)],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env=env(),
-    )
+    refused = verify_against()
     assert refused.returncode == 2 and "a bundle without its MANIFEST.sha256" in refused.stderr
     name = "runs/minibatch/1/hashes.jsonl"  # the manifest made to match the altered chain
     digest = hashlib.sha256(hashes.read_bytes()).hexdigest()
     manifest.write_text(
-        "".join(f"{digest}  {name}\n" if x.endswith(name) else x + "\n" for x in listed)
+        "".join(f"{digest}  {name}\n" if x.endswith(name) else x + "\n" for x in manifest_lines)
     )
-    different = subprocess.run(
-        [*run, "verify", "--reference", str(reference)],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env=env(),
-    )
+    different = verify_against()
     assert different.returncode == 1
     assert "first divergence in minibatch/1 at checkpoint step 400 (weights)" in different.stdout
