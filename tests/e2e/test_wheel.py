@@ -188,6 +188,45 @@ def test_init_then_train_twice_gives_one_chain_the_checkouts(venv, tmp_path):
     assert (checkout / "runs" / "deterministic" / "0" / "hashes.jsonl").read_text() == chains[0]
 
 
+def test_a_workspace_bundle_replicates_as_its_replicate_md_says(venv, tmp_path):
+    """A workspace's bundle, unpacked elsewhere: its REPLICATE.md's steps (a new workspace
+    beside it, the bundle's params) give the run's chain, which verify finds identical;
+    inside the bundle, training is refused."""
+    import tarfile
+
+    env = fresh_env(venv)
+    sets = [arg for item in TINY for arg in ("--set", item)]
+    made = run_in(tmp_path, ["reprodqn", "init", "study"], env)
+    assert made.returncode == 0, made.stderr
+    study = tmp_path / "study"
+    tiny = ["reprodqn", "params", "--params", "params.yaml", *sets, "--out", "params.yaml"]
+    for argv in (tiny, ["reprodqn", "train", "--group", "deterministic", "--run", "0"]):
+        done = run_in(study, argv, env)
+        assert done.returncode == 0, done.stderr
+    done = run_in(study, ["reprodqn", "bundle", "--out", "dist/b.tar.gz"], env)
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(study / "dist" / "b.tar.gz") as tar:
+        tar.extractall(tmp_path / "reader", filter="data")
+    page = (tmp_path / "reader" / "reprodqn-bundle" / "REPLICATE.md").read_text()
+    assert "pip install reprodqn==" in page  # the fresh venv holds it already
+    steps = [
+        ["reprodqn", "init", "replication"],
+        ["cp", "reprodqn-bundle/params.yaml", "replication/"],
+    ]
+    for argv in steps:
+        done = run_in(tmp_path / "reader", argv, env)
+        assert done.returncode == 0, done.stderr
+    replication = tmp_path / "reader" / "replication"
+    train = ["reprodqn", "train", "--group", "deterministic", "--run", "0"]
+    done = run_in(replication, train, env)  # one run of the study's dvc repro
+    assert done.returncode == 0, done.stderr
+    verified = run_in(replication, ["reprodqn", "verify", "--reference", "../reprodqn-bundle"], env)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert verified.stdout.startswith("verify: identical: 1 run")
+    inside = run_in(tmp_path / "reader" / "reprodqn-bundle", train, env)
+    assert inside.returncode == 2 and "an unpacked bundle" in inside.stderr
+
+
 def test_a_data_file_dropped_from_the_install_is_one_line_naming_it(venv, model, tmp_path):
     """What the tests above rely on: with the authors' states gone from the install, the
     episode they played fails, in one line naming the file."""
