@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from reprodqn.core import packaged
+from reprodqn.core import packaged, workspace
 from reprodqn.core.errors import InputError
 
 # what runs anywhere with the package's own params when no params.yaml is here: the
@@ -119,10 +119,9 @@ def refuse_inside_a_bundle(args) -> None:
     """An unpacked bundle's files are the reference a replication is checked against: a
     command that writes results there would change them (or, finding its runs finished,
     seem to replicate them without computing anything)."""
-    from reprodqn.report.bundle import MANIFEST, METADATA
-
     here = Path.cwd()
-    if args.command in WRITE_RESULTS and all((here / n).exists() for n in (MANIFEST, *METADATA)):
+    bundle = (workspace.MANIFEST, workspace.CRATE)
+    if args.command in WRITE_RESULTS and all((here / name).exists() for name in bundle):
         raise InputError(
             f"{here}: an unpacked bundle, whose files are the reference; `reprodqn "
             f"{args.command}` would change them. Replicate in a new workspace beside it "

@@ -20,7 +20,7 @@ from reprodqn.report.study_records import load_study
 
 def check_bundle(reference: Path) -> None:
     """An unpacked bundle must match its manifest before anything is compared with it."""
-    from reprodqn.report.bundle import MANIFEST, METADATA, check_manifest
+    from reprodqn.report.bundle import MANIFEST, check_manifest
 
     if not reference.is_dir():
         raise InputError(
@@ -33,7 +33,7 @@ def check_bundle(reference: Path) -> None:
                 f"{reference}: {chains.plural(len(bad), 'file')} not as the bundle's "
                 f"{MANIFEST} lists (first: {bad[0]})"
             )
-    elif (reference / METADATA[-1]).exists():  # a bundle's crate, without the manifest
+    elif (reference / workspace.CRATE).exists():  # a bundle's crate, without the manifest
         raise InputError(
             f"{reference}: a bundle without its {MANIFEST}, so its files cannot be checked "
             "(unpack the archive again)"

@@ -48,8 +48,8 @@ PROJECT_FILES = (
 )
 PROJECT_DIRS = ("src", "tests", "tools", "bench", "experiments", ".ci", "presets", "docs")
 ROOT = "reprodqn-bundle"
-METADATA = ("CITATION.cff", "ro-crate-metadata.json")  # written by the bundle, for archives
-MANIFEST = "MANIFEST.sha256"
+METADATA = ("CITATION.cff", workspace.CRATE)  # written by the bundle, for archives
+MANIFEST = workspace.MANIFEST
 
 
 def manifest_text(hashes: dict[str, str]) -> str:
@@ -236,7 +236,7 @@ def metadata(
     import yaml
 
     crate = citation.crate(hashes, sizes, yaml.safe_load(cff), citation.rom_sha256())
-    return {"CITATION.cff": cff, "ro-crate-metadata.json": crate.encode()}
+    return {"CITATION.cff": cff, workspace.CRATE: crate.encode()}
 
 
 def _sha256(root: Path, name: str, data: bytes | None) -> str:
