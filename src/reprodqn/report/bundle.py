@@ -31,6 +31,8 @@ from reprodqn.report import citation, readme
 
 PROJECT_FILES = (
     "README.md",
+    "LICENSE",
+    "copier.yml",
     "CHANGELOG.md",
     "mkdocs.yml",
     "CITATION.cff",
@@ -46,7 +48,10 @@ PROJECT_FILES = (
     ".dvc/config",
     ".gitignore",
 )
-PROJECT_DIRS = ("src", "tests", "tools", "bench", "experiments", ".ci", "presets", "docs")
+PROJECT_DIRS = (
+    *("src", "tests", "tools", "bench", "experiments", "examples", "template"),
+    *(".ci", "presets", "docs"),
+)
 ROOT = "reprodqn-bundle"
 METADATA = ("CITATION.cff", workspace.CRATE)  # written by the bundle, for archives
 MANIFEST = workspace.MANIFEST

@@ -51,9 +51,9 @@ def text(root: Path, checkout: bool) -> str:
         if checkout
         else f"the code that ran (reprodqn {version}, the installed package, in code/reprodqn/)"
     )
-    return f"""# {_title(root)}: the bundle
+    return f"""# {_title(root)}
 
-A study made with reprodqn (code at commit {commit}). It holds {code}, the
+This is the study's bundle, made with reprodqn (code at commit {commit}). It holds {code}, the
 params (`params.yaml`), the pipeline and its lock (`dvc.yaml`, `dvc.lock`), the start
 states, the conditions it ran under and its SBOM (`results/`), every run's hash chains
 and records (`runs/`), the evaluations and the report (`reports/report.html`), and the
