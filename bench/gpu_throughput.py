@@ -54,7 +54,8 @@ def main() -> int:
         return 2
     alone = first[0]
     parted = gpu_check.parted_from(alone, swept["chains"])
-    record = {"settings": settings, "rates": swept["rates"], "parted": parted}
+    # the chain itself (its last line), to hold another session's runs to
+    record = {"settings": settings, "rates": swept["rates"], "parted": parted, "chain": alone[-1]}
     print("\n".join(gpu_sharing.table(swept["rates"])))
     print("every run's chain: " + ("the one it has alone" if not parted else f"PARTED {parted}"))
     path, k, rate = gpu_sharing.best_sharing(swept["rates"])

@@ -10,6 +10,7 @@ import pytest
 from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
 from reprodqn.forensics import gpu_sharing
+from tests.helpers import PARAMS
 
 
 def write_run(run_dir, records) -> None:
@@ -46,16 +47,17 @@ def test_a_path_that_fails_keeps_the_others_figures_and_its_reason(tmp_path):
         launched.append((runs_dir.parent.name, len(runs)))
         if "compute.replay_on_device=true" in overrides and len(runs) > 1:
             raise InputError("gpu-check: a training run failed (exit [1, 1])")
-        for group, run in runs:
-            write_run(workspace.run_dir(runs_dir, group, run), RECORDS)
+        for group, run, folder in runs:  # --run takes only the group's indices (0..4)
+            assert run < 5 and folder.parent == runs_dir
+            write_run(workspace.run_dir(folder, group, run), RECORDS)
         return 2.0
 
     swept = gpu_sharing.sweep(
         launch,
-        tmp_path / "params.yaml",
+        PARAMS,
         [],
         "cpu",
-        [1, 2, 4],
+        [1, 2, 8],  # 8: past the group's 5 runs, copies of them in folders of their own
         tmp_path,
         log,
         lambda so_far: progress.append(
@@ -63,11 +65,11 @@ def test_a_path_that_fails_keeps_the_others_figures_and_its_reason(tmp_path):
         ),
     )
     # both paths at each K before the next; the failed path is not tried again
-    assert launched == [("standard", 1), ("fast", 1), ("standard", 2), ("fast", 2), ("standard", 4)]
+    assert launched == [("standard", 1), ("fast", 1), ("standard", 2), ("fast", 2), ("standard", 8)]
     assert progress == [
         {"standard": ["1"], "fast": ["1"]},
         {"standard": ["1", "2"], "fast": ["1", "failed"]},
-        {"standard": ["1", "2", "4"], "fast": ["1", "failed"]},
+        {"standard": ["1", "2", "8"], "fast": ["1", "failed"]},
     ]
     assert swept["rates"]["standard"]["2"]["annealed"] == pytest.approx(400.0)
     assert swept["rates"]["standard"]["2"]["whole_runs"] == pytest.approx(600.0)
@@ -75,4 +77,5 @@ def test_a_path_that_fails_keeps_the_others_figures_and_its_reason(tmp_path):
     assert set(fast) == {"1", "failed"} and "stream is capturing" in fast["failed"]
     table = "\n".join(gpu_sharing.table(swept["rates"]))
     assert "| fast | failed: gpu-check: a training run failed (exit [1, 1]) |" in table
-    assert gpu_sharing.best_sharing(swept["rates"]) == ("standard", 4, pytest.approx(800.0))
+    assert gpu_sharing.best_sharing(swept["rates"]) == ("standard", 8, pytest.approx(1600.0))
+    assert len(swept["chains"]["standard"]["8"]) == 8

@@ -14,9 +14,10 @@ from reprodqn.core.errors import InputError
 
 ACTOR_WORKERS_ENV = "REPRODQN_ACTOR_WORKERS"
 RUNS_PER_GPU_ENV = "REPRODQN_RUNS_PER_GPU"
-# runs sharing one GPU that pay: gpu-check on an H200 (docs/gpu-check) gave 188, 353 and 598
-# agent steps/s in all with 1, 2 and 4 runs, the most it tried then
-PAYING_RUNS_PER_GPU = 4
+# runs sharing one GPU that pay: on an H200 (docs/gpu-check), after annealing, 1, 4, 8 and 16
+# runs made 992, 2,587, 2,839 and 2,717 agent steps/s in all on the fast path (404, 947,
+# 1,306 and 1,543 on the standard one, where 16 runs' host memory rarely fits anyway)
+PAYING_RUNS_PER_GPU = 8
 # what a run holds besides its replay memory: CUDA context, networks, graphs' pools
 # (GPU); interpreter, torch, the emulator, a resume point's staging (host)
 GPU_BYTES_PER_RUN = 2 * 2**30

@@ -66,15 +66,20 @@ def command(name: str, params: Path, overrides: list[str], runs_dir: Path) -> li
 
 
 def launch(
-    runs: list[tuple[str, int]], params: Path, overrides: list[str], runs_dir: Path, log: Path
+    runs: list[tuple], params: Path, overrides: list[str], runs_dir: Path, log: Path
 ) -> float:
-    """Train these runs at once, each in its own process; seconds until the last ends."""
-    argv = command("train", params, overrides, runs_dir)
+    """Train these runs at once, each in its own process; seconds until the last ends. A run
+    is (group, run), or (group, run, folder) to train in a runs folder of its own."""
     start = time.perf_counter()
     with open(log, "a") as out:
         procs = [
-            subprocess.Popen([*argv, "--group", group, "--run", str(run)], stdout=out, stderr=out)
-            for group, run in runs
+            subprocess.Popen(
+                [*command("train", params, overrides, own[0] if own else runs_dir)]
+                + ["--group", group, "--run", str(run)],
+                stdout=out,
+                stderr=out,
+            )
+            for group, run, *own in runs
         ]
         codes = [p.wait() for p in procs]
     if any(codes):

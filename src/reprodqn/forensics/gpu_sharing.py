@@ -63,8 +63,11 @@ def sweep(
     before the next K, so that a sweep cut short has compared them as far as it went;
     `progress` is given both so far after each K. A path that fails is tried no further;
     its reason is kept, and the other path goes on."""
+    from reprodqn.config.params import load_params
+
     rates: dict[str, dict[str, Any]] = {path: {} for path in paths(device)}
     chains: dict[str, dict[str, list]] = {path: {} for path in paths(device)}
+    per_group = load_params(params, settings).study.runs_per_group
     for k in sharing:
         for path, extra in paths(device).items():
             if "failed" in rates[path]:
@@ -72,7 +75,7 @@ def sweep(
             runs_dir = out / path / f"sharing-{k}"
             try:
                 seconds = launch(
-                    [("deterministic", i) for i in range(k)],
+                    [("deterministic", *_placed(runs_dir, i, per_group)) for i in range(k)],
                     params,
                     [*settings, *extra],
                     runs_dir,
@@ -81,7 +84,9 @@ def sweep(
             except InputError as error:  # what it measured, and the other path's, still count
                 rates[path]["failed"] = failure(error, log)
                 continue
-            rates[path][str(k)], chains[path][str(k)] = _measured_runs(runs_dir, k, seconds)
+            rates[path][str(k)], chains[path][str(k)] = _measured_runs(
+                runs_dir, k, per_group, seconds
+            )
         if progress is not None:
             progress({"rates": rates, "chains": chains})
     return {"rates": rates, "chains": chains}
@@ -93,9 +98,19 @@ def failure(error: Exception, log: Path, lines: int = 12) -> str:
     return "\n".join([str(error), *tail])
 
 
-def _measured_runs(runs_dir: Path, k: int, seconds: float) -> tuple[dict, list]:
+def _placed(runs_dir: Path, i: int, per_group: int) -> tuple[int, Path]:
+    """The i-th of K runs sharing the device: a run of the deterministic group (they share
+    every seed) in a folder of its own; past the group's runs_per_group, copies of its runs
+    in further folders (--run takes only the group's indices)."""
+    return i % per_group, runs_dir / f"copy-{i // per_group}"
+
+
+def _measured_runs(runs_dir: Path, k: int, per_group: int, seconds: float) -> tuple[dict, list]:
     """K runs' rates (whole runs; after annealing, in all and each) and their chains."""
-    dirs = [workspace.run_dir(runs_dir, "deterministic", i) for i in range(k)]
+    dirs = [
+        workspace.run_dir(folder, "deterministic", run)
+        for run, folder in (_placed(runs_dir, i, per_group) for i in range(k))
+    ]
     per_run = [annealed_rate(d) for d in dirs]
     steps = workspace.read_hashes(dirs[0])[-1]["step"]
     rates = {
