@@ -163,9 +163,10 @@ def test_a_saved_policy_is_the_same_bytes_whatever_the_hash_seed_and_computes_as
         assert done.stdout.strip() == hashlib.sha256(written[seed]).hexdigest()
     assert written["1"] == written["2"]
     policy = torch.nn.Sequential(torch.nn.Conv2d(4, 2, 3), torch.nn.Flatten()).train()
+    policy[1].eval()  # a layer the script keeps in eval mode stays so
     exact.save_policy(policy, tmp_path / "p.pt")
     frames = torch.arange(4 * 5 * 5, dtype=torch.float32).reshape(1, 4, 5, 5) / 7
-    assert policy.training
+    assert [m.training for m in policy.modules()] == [True, True, False]
     assert sorted(f.name for f in tmp_path.iterdir()) == [
         "p.pt",
         "policy.py",
@@ -237,6 +238,8 @@ def test_a_run_folder_refuses_another_config_or_script_and_records_its_condition
     exact.start_run(tmp_path, {"lr": np.float64(0.1), "seed": np.int64(1)}, process)
     with pytest.raises(InputError, match=r"different config: lr \(now 0.2, recorded 0.1\);"):
         exact.start_run(tmp_path, {"lr": 0.2, "seed": 1}, process)
+    with pytest.raises(InputError, match=r"different config: seed \(now 1.0, recorded 1\);"):
+        exact.start_run(tmp_path, {"lr": 0.1, "seed": 1.0}, process)  # equal, other digest
     script.write_text("LOSS = 'l1'\n")  # the code changed: its results are not resumed
     with pytest.raises(InputError, match=r"another version of .*train\.py"):
         exact.start_run(tmp_path, {"lr": 0.1, "seed": 1}, process)

@@ -255,3 +255,17 @@ def test_a_run_that_differs_by_design_is_refused_before_it_is_retrained(tmp_path
     with pytest.raises(InputError, match="--rerun gpu/0: differs by design"):
         verify.spot_check(tmp_path, config, 100, tmp_path / "scratch")
     assert not (tmp_path / "scratch").exists()
+
+
+def test_a_run_resumed_from_its_point_at_step_0_writes_that_checkpoint_once(tmp_path):
+    """The loop wrote step 0's checkpoint whenever it started at step 0, also when resuming
+    from a point there: a second step-0 line, which the chain now refuses."""
+    config = resolve_run(load_params(PARAMS, TINY), "deterministic", 0)
+    for until in (0, 400):
+        for _ in train(config, tmp_path / "resumed", until=until):
+            pass
+    for _ in train(config, tmp_path / "whole", until=400):
+        pass
+    steps = [line["step"] for line in read_hashes(tmp_path / "resumed")]
+    assert steps == [0, 200, 400]
+    assert read_hashes(tmp_path / "resumed") == read_hashes(tmp_path / "whole")

@@ -203,14 +203,16 @@ def test_the_settings_that_differ_are_named_with_both_values(tmp_path):
     ours, theirs = pair(tmp_path, theirs_runs=((0, "b"), (1, "a")))
     for root, seed in ((ours, 124), (theirs, 123)):
         config = {"config": {"seeds": {"minibatch": seed, "init": 123}, "group": "deterministic"}}
-        (run_dir(root) / "config.json").write_text(json.dumps(config))
+        (run_dir(root) / "config.json").write_text(json.dumps(config | {"digest": f"d{seed}"}))
     lines = verify.summary(verify.verify(ours, theirs, STUDY)).splitlines()
     assert "settings that differ: seeds.minibatch (ours 124, reference 123)" in lines
-    # the settings explain the parting: train with the reference's, not trace the ops
+    # settings in the digest explain the parting: train with the reference's, not trace ops
     assert verify.SETTINGS_FIRST in lines and verify.NEXT not in lines
-    for root in (ours, theirs):
-        (run_dir(root) / "config.json").unlink()
+    for root, every in ((ours, 3000), (theirs, 1500)):  # outside the digest: no numbers moved
+        config = {"config": {"train": {"resume_every": every}}, "digest": "same"}
+        (run_dir(root) / "config.json").write_text(json.dumps(config))
     lines = verify.summary(verify.verify(ours, theirs, STUDY)).splitlines()
+    assert "settings that differ: train.resume_every (ours 3000, reference 1500)" in lines
     assert verify.NEXT in lines and verify.SETTINGS_FIRST not in lines
 
 

@@ -224,8 +224,9 @@ def test_a_manifest_that_is_not_sha256sums_or_misses_files_is_named(tmp_path):
     text = path.read_text()
     path.write_text(text + "\n")
     assert bundle.check_manifest(unpacked) == []
-    (unpacked / ".vscode").mkdir()  # what an editor or dvc leaves in a folder it opens
-    (unpacked / ".vscode" / "settings.json").write_text("{}")
+    for left in (".vscode/settings.json", "build/lib/reprodqn/x.py", "src/reprodqn.egg-info/x"):
+        (unpacked / left).parent.mkdir(parents=True, exist_ok=True)  # an editor's, pip's
+        (unpacked / left).write_text("{}")  # build in place: not where verify reads
     assert bundle.check_manifest(unpacked) == []
     (unpacked / "runs/deterministic/0/extra.json").write_text("{}")
     assert bundle.check_manifest(unpacked) == [
@@ -238,6 +239,22 @@ def test_a_manifest_that_is_not_sha256sums_or_misses_files_is_named(tmp_path):
     path.unlink()
     with pytest.raises(InputError, match="a bundle without its MANIFEST.sha256"):
         verify.check_bundle(unpacked)
+
+
+def test_a_workspace_bundled_in_place_is_still_a_reference_and_a_workspace(tmp_path):
+    """`bundle --out x.tar.gz` in a workspace's root writes the crate beside the archive,
+    there: the workspace is not taken for an unpacked bundle that lost its manifest."""
+    from reprodqn.core import workspace
+    from reprodqn.forensics import verify
+
+    root = tmp_path / "study"
+    for name, text in STUDY_FILES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    shutil.copy(ROOT / "CITATION.cff", root / "CITATION.cff")
+    bundle.write(root, root / "study.tar.gz", checkpoints=False)
+    assert (root / workspace.CRATE).exists() and not workspace.is_unpacked_bundle(root)
+    verify.check_bundle(root)  # no error: a workspace, compared as one
 
 
 def test_commands_that_write_results_refuse_to_run_inside_an_unpacked_bundle(

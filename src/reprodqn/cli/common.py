@@ -120,8 +120,7 @@ def refuse_inside_a_bundle(args) -> None:
     command that writes results there would change them (or, finding its runs finished,
     seem to replicate them without computing anything)."""
     here = Path.cwd()
-    bundle = (workspace.MANIFEST, workspace.CRATE)
-    if args.command in WRITE_RESULTS and all((here / name).exists() for name in bundle):
+    if args.command in WRITE_RESULTS and workspace.is_unpacked_bundle(here):
         raise InputError(
             f"{here}: an unpacked bundle, whose files are the reference; `reprodqn "
             f"{args.command}` would change them. Replicate in a new workspace beside it "

@@ -54,6 +54,8 @@ EVAL_PROGRESS = "eval.progress.jsonl"  # an evaluation under way, checkpoint by 
 AUDIT = "audit.json"  # results/: the nondeterminism audit
 MANIFEST = "MANIFEST.sha256"  # a bundle's: every file's SHA-256 (sha256sum's format)
 CRATE = "ro-crate-metadata.json"  # a bundle's RO-Crate: what each of its files is
+INSTALLED = "installed.json"  # results/: the installed reprodqn a workspace ran (version, digest)
+REPLICATE = "REPLICATE.md"  # a bundle's first page, which only an unpacked archive holds
 RESUME_INDEX = "latest.json"  # in a resume directory: its latest point, with file hashes
 CHAINS = {"weights": "weights_sha256", "losses": "loss_chain_sha256"}  # hashes.jsonl's chains
 RUN_LOGS = (HASHES, PROCESS)  # a run's append-only logs, cut back on resume
@@ -87,6 +89,13 @@ def fingerprint_path(root: Path = Path(".")) -> Path:
 
 def sbom_path(root: Path = Path(".")) -> Path:
     return Path(root) / RESULTS / SBOM
+
+
+def is_unpacked_bundle(root: Path) -> bool:
+    """An unpacked bundle: its first page, or (a bundle made before it had one) its manifest
+    and crate. A workspace that was bundled holds the crate, written beside its archive."""
+    root = Path(root)
+    return (root / REPLICATE).exists() or ((root / MANIFEST).exists() and (root / CRATE).exists())
 
 
 def checkpoints_dir(run: Path) -> Path:

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import struct
+from copy import deepcopy
 from pathlib import Path
 
 import torch
@@ -60,13 +61,13 @@ def save_torchscript(path: Path, module: torch.nn.Module) -> str:
     """Write `module` as a TorchScript file atomically, the same bytes in every process, and
     return the file's SHA-256. Frozen, not only scripted: a scripted file lists each layer's
     constants in a Python set's order, which PYTHONHASHSEED changes from process to process
-    (two identical runs wrote different bytes); a frozen graph has no such list, and with
-    optimize_numerics=False it keeps every op, so it computes the same bits as the module."""
-    training = module.training
-    try:
-        frozen = torch.jit.freeze(torch.jit.script(module.eval()), optimize_numerics=False)
-    finally:
-        module.train(training)
+    (two identical runs wrote different bytes); a frozen graph has no such list. A copy on
+    the CPU is frozen (the caller's module, its device and its layers' modes untouched):
+    there, with optimize_numerics=False, freezing keeps every op, so the file computes the
+    module's bits; on CUDA it would join linear layers that share an input into one
+    product, whose sums are not the module's."""
+    copy = deepcopy(module).cpu().eval()
+    frozen = torch.jit.freeze(torch.jit.script(copy), optimize_numerics=False)
     buffer = io.BytesIO()
     torch.jit.save(frozen, buffer)
     with atomic_open(path, "wb") as handle:

@@ -292,7 +292,7 @@ def differing_values(ours: dict, theirs: dict, labels=("ours", "reference")) -> 
         if isinstance(a, dict) and isinstance(b, dict):
             for key in sorted(set(a) | set(b), key=str):
                 walk(a.get(key, ABSENT), b.get(key, ABSENT), (*path, str(key)))
-        elif a != b:
+        elif a != b or type(a) is not type(b):  # 1 and 1.0: equal, but other digests
             shown_a, shown_b = _shown(a, b), _shown(b, a)
             found.append(f"{'.'.join(path)} ({labels[0]} {shown_a}, {labels[1]} {shown_b})")
 

@@ -58,10 +58,11 @@ def shipped_config(
 
 
 def shipped_resume_point(reference: Path, group: str, run: int, until: int) -> Path | None:
-    """A resume directory the reference ships for this run at or before `until`."""
+    """A resume directory the reference ships for this run before `until` (one at `until`
+    itself would leave nothing to compute)."""
     resume_dir = workspace.resume_points_dir(reference, group, run)
     step = workspace.latest_resume_step(resume_dir)
-    if step is not None and step <= until:
+    if step is not None and step < until:
         return resume_dir
     return None
 

@@ -33,7 +33,7 @@ def check_bundle(reference: Path) -> None:
                 f"{reference}: {chains.plural(len(bad), 'file')} not as the bundle's "
                 f"{MANIFEST} lists (first: {bad[0]})"
             )
-    elif (reference / workspace.CRATE).exists():  # a bundle's crate, without the manifest
+    elif workspace.is_unpacked_bundle(reference):  # a bundle, without its manifest
         raise InputError(
             f"{reference}: a bundle without its {MANIFEST}, so its files cannot be checked "
             "(unpack the archive again)"
@@ -43,8 +43,8 @@ def check_bundle(reference: Path) -> None:
 NOT_TRAINED = "not trained here"  # the "chain" of a run the reference has and ours lacks
 NOT_IN_REFERENCE = "not trained in the reference"  # and of a run ours has and it lacks
 SETTINGS_FIRST = (
-    "next: the settings below differ, which alone parts chains; train with the "
-    "reference's (its params.yaml) before looking for the op"
+    "next: the settings below differ, among them some that change numbers, which alone "
+    "part chains; train with the reference's (its params.yaml) before looking for the op"
 )
 NEXT = (
     "next: `reprodqn trace` on both machines from a resume point before that step, then "
@@ -138,9 +138,13 @@ def _described(ours: Path, reference: Path, group: str, run: int) -> dict:
     if not all(path.exists() for path in paths):
         paths = [workspace.conditions_path(root) for root in (ours, reference)]
     conditions = [read_json(path, "conditions record") if path.exists() else None for path in paths]
+    configs = [run_dir / workspace.RUN_CONFIG for run_dir in pair]
+    digests = {read_json(path, "run config").get("digest") for path in configs if path.exists()}
     return {
         **conditions_differing(*conditions),
         "config_differing": chains.config_differences(*pair),
+        # the digest covers what changes numbers (not the resume or log intervals, say)
+        "digests_differ": len(digests) > 1,
     }
 
 
@@ -180,7 +184,7 @@ def summary(result: dict) -> str:
         counts = [f"{n} {verdict}" for verdict, n in result.get("tally", {}).items() if n]
         lines = [f"verify: DIFFERENT: {_where(first)}", _isa_line(result)]
         lines.insert(1, f"of {chains.plural(result['runs_compared'], 'run')}: {', '.join(counts)}")
-        if result.get("config_differing"):
+        if result.get("digests_differ"):
             lines.append(SETTINGS_FIRST)
         elif first["chain"] not in (NOT_TRAINED, NOT_IN_REFERENCE, "length", "step", "evaluation"):
             lines.append(NEXT)
@@ -226,11 +230,18 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
     from reprodqn.forensics import rerun
 
     reference, group, run = Path(reference), config.group, config.run
-    if config.compute.cpu_reduction_order == "random" or not config.compute.deterministic_gpu:
+    import torch
+
+    on_cuda = config.compute.device != "cpu" and torch.cuda.is_available()
+    if (
+        (not config.compute.deterministic_gpu)
+        if on_cuda
+        else (config.compute.cpu_reduction_order == "random")
+    ):
         raise InputError(
-            f"--rerun {group}/{run}: differs by design (compute.deterministic_gpu: false or "
-            "cpu_reduction_order: random, nondeterministic kernels or their CPU emulation), "
-            "so no two trainings give its chain; rerun a run of another group"
+            f"--rerun {group}/{run}: differs by design here (nondeterministic GPU kernels, "
+            "or on a CPU their emulation: compute.cpu_reduction_order random), so no two "
+            "trainings give its chain; rerun a run of another group"
         )
     if until > config.train.steps:
         raise InputError(f"--until {until}: the run has only {config.train.steps} steps")

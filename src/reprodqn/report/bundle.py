@@ -52,6 +52,7 @@ PROJECT_DIRS = (
     *("src", "tests", "tools", "bench", "experiments", "examples", "template"),
     *(".ci", "presets", "docs"),
 )
+WORKSPACE_DIRS = ("presets",)  # a workspace's own overlays beside its params.yaml
 ROOT = "reprodqn-bundle"
 METADATA = ("CITATION.cff", workspace.CRATE)  # written by the bundle, for archives
 MANIFEST = workspace.MANIFEST
@@ -80,7 +81,7 @@ def _tracked(root: Path) -> list[Path]:
     except (OSError, subprocess.TimeoutExpired):
         pass
     files = [Path(f) for f in PROJECT_FILES if (root / f).is_file()]
-    for directory in PROJECT_DIRS if is_checkout(root) else ():
+    for directory in PROJECT_DIRS if is_checkout(root) else WORKSPACE_DIRS:
         files += [
             p.relative_to(root)
             for p in (root / directory).rglob("*")
@@ -143,7 +144,7 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
         digest = sha256_file(out)
         with atomic_open(out.with_name(out.name + ".sha256"), "w") as handle:
             handle.write(f"{digest}  {out.name}\n")
-    except OSError as error:
+    except OSError as error:  # a study file's is its own (_write_archive)
         raise InputError(f"--out {out}: cannot write there ({error.strerror})") from None
     return {"files": len(contents), "bytes": out.stat().st_size, "sha256": digest}
 
@@ -159,7 +160,13 @@ def _write_archive(root: Path, out: Path, contents: dict[str, bytes | None]) -> 
         for name in [*sorted(set(contents) - {MANIFEST}), MANIFEST]:
             held = contents[name]
             if held is None:
-                with open(root / name, "rb") as source:
+                try:
+                    source = open(root / name, "rb")
+                except OSError as error:
+                    raise InputError(
+                        f"{root / name}: {error.strerror} (changed while bundling?)"
+                    ) from None
+                with source:
                     size = os.fstat(source.fileno()).st_size
                     tar.addfile(_info(f"{ROOT}/{name}", size), source)
             else:
@@ -286,14 +293,10 @@ def check_manifest(directory: Path) -> list[str]:
         path = directory / name
         if not path.is_file() or sha256_file(path) != digest:
             bad.append(name)
-    held = {
+    held = {  # where verify reads: a file there that no one listed would be compared unchecked
         path.relative_to(directory).as_posix()
-        for path in directory.rglob("*")
-        if path.is_file()
-        # what tools leave in any folder they open (.dvc/tmp, .vscode, __pycache__)
-        and not any(
-            part.startswith(".") or part == "__pycache__"
-            for part in path.relative_to(directory).parts
-        )
+        for folder in (workspace.RUNS, workspace.EVALUATIONS, workspace.RESULTS)
+        for path in (directory / folder).rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
     }
     return bad + [f"{name} (not in the manifest)" for name in sorted(held - listed)]

@@ -14,13 +14,13 @@ from reprodqn import __version__
 from reprodqn.core import workspace
 from reprodqn.determinism import provenance
 
-NAME = "REPLICATE.md"
+NAME = workspace.REPLICATE
 
 
-def _recorded(root: Path) -> dict:
-    """The study's conditions record, or nothing where there is none."""
+def _json(path: Path) -> dict:
+    """A JSON record, or nothing where there is none."""
     try:
-        return json.loads((root / workspace.conditions_path()).read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
 
@@ -32,31 +32,43 @@ def _title(root: Path) -> str:
         return "A reprodqn study"
 
 
+def _holds(root: Path, checkout: bool, version: str) -> str:
+    """What the bundle holds, as far as the study made it."""
+    parts = [
+        "the code (a checkout of reprodqn, its tracked files)"
+        if checkout
+        else f"the code that ran (reprodqn {version}, the installed package, in code/reprodqn/)",
+        "the params (`params.yaml`)",
+    ]
+    if (root / "dvc.lock").exists():
+        parts.append("the pipeline and its lock (`dvc.yaml`, `dvc.lock`)")
+    parts += [
+        "the conditions it ran under and its SBOM (`results/`)",
+        "every run's hash chains and records (`runs/`)",
+    ]
+    if (root / workspace.REPORTS / "report.html").exists():
+        parts.append("the evaluations and the report (`reports/report.html`)")
+    return ", ".join(parts)
+
+
 def text(root: Path, checkout: bool) -> str:
     """The page for the bundle of `root` (a checkout of reprodqn, or a workspace that ran
     the installed package)."""
     root = Path(root)
-    conditions = _recorded(root)
-    packages = conditions.get("packages", {})
+    packages = _json(root / workspace.conditions_path()).get("packages", {})
     torch = str(packages.get("torch", "2.13.0")).split("+")[0]
-    version = packages.get("reprodqn", __version__)  # the recorded one, else this bundler's
-    commit = provenance.git_info(root).get("commit") or "unknown"
+    # the version a workspace's stages recorded (results/installed.json), else this one's
+    version = _json(root / workspace.RESULTS / workspace.INSTALLED).get("version", __version__)
+    commit = provenance.git_info(root).get("commit") if checkout else None
+    made = f"made with reprodqn {version}" + (f" (code at commit {commit})" if commit else "")
     install = (
         "pip install ./reprodqn-bundle   # reprodqn from this bundle's own code"
         if checkout
         else f"pip install reprodqn=={version}   # its files are code/reprodqn/ here"
     )
-    code = (
-        "the code (a checkout of reprodqn, its tracked files)"
-        if checkout
-        else f"the code that ran (reprodqn {version}, the installed package, in code/reprodqn/)"
-    )
     return f"""# {_title(root)}
 
-This is the study's bundle, made with reprodqn (code at commit {commit}). It holds {code}, the
-params (`params.yaml`), the pipeline and its lock (`dvc.yaml`, `dvc.lock`), the start
-states, the conditions it ran under and its SBOM (`results/`), every run's hash chains
-and records (`runs/`), the evaluations and the report (`reports/report.html`), and the
+This is the study's bundle, {made}. It holds {_holds(root, checkout, version)}, and the
 SHA-256 of every file (`MANIFEST.sha256`). `CITATION.cff` says what to cite;
 `ro-crate-metadata.json` says what each file is.
 
@@ -86,6 +98,6 @@ reprodqn verify --reference ../reprodqn-bundle
 with the one here: identical, or the first run and checkpoint where they part, with the
 settings and conditions that differ. Runs that differ by design (the gpu group's) are
 named and not counted. One run can be checked without the whole study:
-`reprodqn verify --reference ../reprodqn-bundle --rerun deterministic/0 --until 100000`
-retrains it here to that step and compares the records on the way.
+`reprodqn verify --reference ../reprodqn-bundle --rerun deterministic/0 --until STEP`
+retrains it here to a checkpoint step of its own and compares the records on the way.
 """

@@ -14,11 +14,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from reprodqn.core import packaged
+from reprodqn.core import packaged, workspace
 from reprodqn.core.atomic import atomic_open, write_json
 from reprodqn.core.errors import InputError
 
-INSTALLED_RECORD = "results/installed.json"
+INSTALLED_RECORD = (workspace.RESULTS / workspace.INSTALLED).as_posix()
 # (the package's file, where it goes in the workspace)
 COPIED = (
     (("params.yaml",), "params.yaml"),

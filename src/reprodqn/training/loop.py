@@ -297,7 +297,7 @@ def _steps(run: RunState, until: int | None) -> Iterator[object]:
             run_dir / workspace.ACTOR_WORKERS,
             json.dumps({"step": run.step, "actors": tcfg.actors, "pids": run.worker_pids}),
         )
-    if run.step == 0:
+    if run.step == 0 and not workspace.read_hashes(run_dir):  # a point at step 0 has it
         yield _checkpoint(run)
     last_time, last_step = time.monotonic(), run.step
     while run.step < end:
