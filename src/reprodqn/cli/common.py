@@ -64,11 +64,7 @@ def resolve_params_path(args) -> None:
     here = Path("params.yaml")
     if shipped is None and not here.is_file():
         if args.command not in WORKSPACE_FREE:
-            there = (
-                f"{reference} (a workspace or an unpacked bundle has one) nor in "
-                if (reference is not None)
-                else ""
-            )
+            there = "" if reference is None else f"{reference} (where a bundle has one) nor in "
             raise InputError(
                 f"no params.yaml in {there}{Path.cwd()}: `reprodqn {args.command}` runs in a "
                 "study workspace; make one with `reprodqn init [DIR]` (or name a file: --params)"

@@ -70,9 +70,10 @@ def save_torchscript(path: Path, module: torch.nn.Module) -> str:
     frozen = torch.jit.freeze(torch.jit.script(copy), optimize_numerics=False)
     buffer = io.BytesIO()
     torch.jit.save(frozen, buffer)
+    data = buffer.getvalue()
     with atomic_open(path, "wb") as handle:
-        handle.write(buffer.getvalue())
-    return hashlib.sha256(buffer.getvalue()).hexdigest()
+        handle.write(data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def read_metadata(path: Path) -> dict[str, str]:

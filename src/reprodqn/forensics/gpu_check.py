@@ -72,15 +72,11 @@ def launch(
     is (group, run), or (group, run, folder) to train in a runs folder of its own."""
     start = time.perf_counter()
     with open(log, "a") as out:
-        procs = [
-            subprocess.Popen(
-                [*command("train", params, overrides, own[0] if own else runs_dir)]
-                + ["--group", group, "--run", str(run)],
-                stdout=out,
-                stderr=out,
-            )
-            for group, run, *own in runs
-        ]
+        procs = []
+        for group, run, *own in runs:
+            argv = command("train", params, overrides, own[0] if own else runs_dir)
+            argv += ["--group", group, "--run", str(run)]
+            procs.append(subprocess.Popen(argv, stdout=out, stderr=out))
         codes = [p.wait() for p in procs]
     if any(codes):
         raise InputError(f"gpu-check: a training run failed (exit {codes}); see {log}")

@@ -227,12 +227,11 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
     from the resume point the reference ships for it if any, and compare the prefix of its
     chains with the shipped ones."""
     from reprodqn.core.progress import RunProgress
+    from reprodqn.determinism import numerics
     from reprodqn.forensics import rerun
 
     reference, group, run = Path(reference), config.group, config.run
-    import torch
-
-    on_cuda = config.compute.device != "cpu" and torch.cuda.is_available()
+    on_cuda = numerics.resolve_device(config.compute.device).type == "cuda"
     if (
         (not config.compute.deterministic_gpu)
         if on_cuda

@@ -268,14 +268,14 @@ def _info(name: str, size: int) -> tarfile.TarInfo:
 
 
 def check_manifest(directory: Path) -> list[str]:
-    """Files of an unpacked bundle whose SHA-256 does not match its manifest, then files it
-    holds that the manifest does not list (a reference copy's README.md aside); a line that
-    is not `SHA-256  relative/path` is one line naming it."""
+    """Files of an unpacked bundle whose SHA-256 does not match its manifest, then files
+    under the folders verify reads that the manifest does not list; a line that is not
+    `SHA-256  relative/path` is one line naming it."""
     directory = Path(directory)
     manifest = directory / MANIFEST
     if not manifest.exists():
         raise InputError(f"{manifest}: not found (not an unpacked reprodqn bundle?)")
-    bad, listed = [], {MANIFEST, *REFERENCE_KEPT}
+    bad, listed = [], set()
     for number, line in enumerate(manifest.read_text().splitlines(), 1):
         if not line.strip():
             continue
