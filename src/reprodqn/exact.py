@@ -235,8 +235,11 @@ class HashChain:
     SHA-256, loss-chain SHA-256, updates) beside checkpoints/step-N.safetensors.
     Two runs are identical when their hashes.jsonl are."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, marks: Mapping[str, str] | None = None):
+        """`marks`: fields every line carries (the universal mode's `numerics` and
+        `numerics_spec`), so chains of different modes are never read as alike."""
         self.directory = Path(directory)
+        self.marks = dict(marks or {})
         self.log = JsonLog(self.directory / workspace.HASHES)
         self.loss_chain = EMPTY_CHAIN
         self.updates = 0
@@ -269,6 +272,7 @@ class HashChain:
         path = workspace.checkpoint_path(self.directory, step)
         digest = save_weights(path, tensors, {"step": str(step), **(metadata or {})})
         line = {"step": step, "weights_sha256": digest, "loss_chain_sha256": self.loss_chain}
+        line.update(self.marks)
         line["updates"] = self.updates  # the keys are written sorted
         self.log.write(line)
         return line

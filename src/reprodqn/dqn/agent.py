@@ -75,8 +75,10 @@ class DQNAgent:
         reward_clip: float,
         priority_config: PrioritySettings | None = None,
         reduction_order: str = "fixed",
+        numerics: str = "standard",
     ):
         self.config = agent_config
+        self.numerics = numerics
         # compute.cpu_reduction_order: on CUDA the kernels' own order stands
         self.shuffle_rows = reduction_order == "random" and device.type == "cpu"
         self.priority = priority_config  # None: uniform replay, the authors' rule
@@ -92,9 +94,10 @@ class DQNAgent:
             screen_size,
             init_generator,
             agent_config.dueling,
+            numerics,
         ).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
-        self.optimizer = build_optimizer(self.online.parameters(), agent_config)
+        self.optimizer = build_optimizer(self.online.parameters(), agent_config, numerics)
         # compute.cuda_graphs: the update and the greedy action replayed as CUDA graphs
         self.graphs: CudaGraphs | None = None
 
@@ -338,9 +341,15 @@ def make_agent(
     reward_clip: float,
     priority_config: PrioritySettings | None = None,
     reduction_order: str = "fixed",
+    numerics: str = "standard",
 ) -> DQNAgent:
-    """The agent a config names: DQN, or Double DQN when agent.double."""
-    kind = DoubleDQNAgent if agent_config.double else DQNAgent
+    """The agent a config names: DQN, or Double DQN when agent.double; in the universal
+    numerics mode, their universal twins."""
+    kind: type[DQNAgent] = DoubleDQNAgent if agent_config.double else DQNAgent
+    if numerics == "universal":
+        from reprodqn.dqn import universal_agent
+
+        kind = universal_agent.twin(kind)
     return kind(
         agent_config,
         n_actions=n_actions,
@@ -352,4 +361,5 @@ def make_agent(
         reward_clip=reward_clip,
         priority_config=priority_config,
         reduction_order=reduction_order,
+        numerics=numerics,
     )

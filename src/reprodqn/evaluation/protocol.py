@@ -275,6 +275,7 @@ def load_network(
         int(meta["history_length"]),
         int(meta["screen_size"]),
         dueling=meta.get("dueling") == "True",
+        numerics=meta.get("numerics", "standard"),
     )
     net.load_state_dict(tensors)
     return net.to(device).eval()

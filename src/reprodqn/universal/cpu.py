@@ -1,0 +1,160 @@
+"""The universal kernels on a CPU, compiled by numba (LLVM) for the machine at hand.
+
+Written by hand because no library computes a product in one written order: BLAS, oneDNN
+and MKL block and split their sums differently per instruction set. Each output here is
+one chain of LLVM `fma` calls over k ascending from +0 (reference.chain); the loop over
+outputs is the one that runs in vector lanes and threads, so neither the vector width (SSE,
+AVX2, AVX-512, NEON) nor the thread count touches a sum. numba adds no fast-math flags
+(`fastmath=False`): LLVM neither contracts a separate multiply and add into an fma nor
+reorders a sum, and `llvm.fma` is correctly rounded everywhere (in libm where the CPU has
+no fma). Denormals are kept: `denormals_kept()` checks that nothing has set FTZ/DAZ.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+import numpy as np
+
+
+@functools.cache
+def kernels() -> SimpleNamespace:
+    """The compiled kernels (numba imported and compiled on first use, cached on disk)."""
+    from numba import njit, prange, types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def fma32(typingctx, a, b, c):
+        """llvm.fma.f32: a * b + c with one rounding (numba exposes no fma)."""
+        signature = types.float32(types.float32, types.float32, types.float32)
+
+        def codegen(context, builder, sig, args):
+            return builder.fma(*args)
+
+        return signature, codegen
+
+    jit = functools.partial(njit, fastmath=False, error_model="numpy", nogil=True, cache=True)
+
+    @jit(parallel=True)
+    def gemm(a, b, out):
+        """out[n, m, :] = chain_k a[n or 0, m, k] * b[n or 0, k, :], from +0."""
+        batch, rows, width = out.shape
+        depth = a.shape[2]
+        for job in prange(batch * rows):
+            n = job // rows
+            m = job - n * rows
+            an = n if a.shape[0] > 1 else 0
+            bn = n if b.shape[0] > 1 else 0
+            acc = out[n, m]
+            for j in range(width):
+                acc[j] = np.float32(0.0)
+            for k in range(depth):
+                factor = a[an, m, k]
+                row = b[bn, k]
+                for j in range(width):
+                    acc[j] = fma32(factor, row[j], acc[j])
+
+    @jit(parallel=True)
+    def add_row_bias(out, bias):
+        """out[n, m, :] += bias[m]: one rounded add (a convolution's channel bias)."""
+        batch, rows, width = out.shape
+        for job in prange(batch * rows):
+            n = job // rows
+            m = job - n * rows
+            b = bias[m]
+            for j in range(width):
+                out[n, m, j] = out[n, m, j] + b
+
+    @jit
+    def add_column_bias(out, bias):
+        """out[n, :] += bias: one rounded add (a linear layer's bias)."""
+        for n in range(out.shape[0]):
+            for j in range(out.shape[1]):
+                out[n, j] = out[n, j] + bias[j]
+
+    @jit
+    def sum_rows(terms, out):
+        """out[:] = sum over rows ascending from +0, one rounded add each."""
+        for j in range(out.shape[0]):
+            out[j] = np.float32(0.0)
+        for n in range(terms.shape[0]):
+            for j in range(out.shape[0]):
+                out[j] = out[j] + terms[n, j]
+
+    @jit(parallel=True)
+    def sum_channel_major(grad, out):
+        """out[c] = sum over (n, p) ascending of grad[n, c, p], from +0."""
+        batch, channels, width = grad.shape
+        for c in prange(channels):
+            acc = np.float32(0.0)
+            for n in range(batch):
+                for p in range(width):
+                    acc = acc + grad[n, c, p]
+            out[c] = acc
+
+    @jit(parallel=True)
+    def col2im(dcols, grad_x, stride):
+        """grad_x[n, c] = for (ky, kx) ascending, from +0: + dcols[n, c, ky, kx] at the
+        pixels that window position reads."""
+        batch, channels, kernel, _, out_h, out_w = dcols.shape
+        for job in prange(batch * channels):
+            n = job // channels
+            c = job - n * channels
+            plane = grad_x[n, c]
+            for y in range(plane.shape[0]):
+                for x in range(plane.shape[1]):
+                    plane[y, x] = np.float32(0.0)
+            for ky in range(kernel):
+                for kx in range(kernel):
+                    for oy in range(out_h):
+                        for ox in range(out_w):
+                            y, x = oy * stride + ky, ox * stride + kx
+                            plane[y, x] = plane[y, x] + dcols[n, c, ky, kx, oy, ox]
+
+    @jit(parallel=True)
+    def scale_frames(frames, out):
+        """out = fl32(pixel / 255), the pixel converted exactly."""
+        flat_in, flat_out = frames.reshape(-1), out.reshape(-1)
+        for i in prange(flat_in.size):
+            flat_out[i] = np.float32(flat_in[i]) / np.float32(255.0)
+
+    @jit(parallel=True)
+    def relu(x, out):
+        """out = x where x > 0, else +0."""
+        flat_in, flat_out = x.reshape(-1), out.reshape(-1)
+        for i in prange(flat_in.size):
+            v = flat_in[i]
+            flat_out[i] = v if v > np.float32(0.0) else np.float32(0.0)
+
+    @jit(parallel=True)
+    def relu_grad(grad, out, grad_x):
+        """grad_x = grad where out > 0, else +0."""
+        g, o, gx = grad.reshape(-1), out.reshape(-1), grad_x.reshape(-1)
+        for i in prange(g.size):
+            gx[i] = g[i] if o[i] > np.float32(0.0) else np.float32(0.0)
+
+    @jit
+    def fma_elementwise(a, b, c, out):
+        for i in range(out.size):
+            out[i] = fma32(a[i], b[i], c[i])
+
+    compiled: list = [gemm, add_row_bias, add_column_bias, sum_rows, sum_channel_major, col2im]
+    compiled += [scale_frames, relu, relu_grad, fma_elementwise]
+    return SimpleNamespace(fma32=fma32, **{f.__name__: f for f in compiled})
+
+
+def denormals_kept() -> bool:
+    """False where something in the process flushes denormals (FTZ/DAZ in MXCSR): the
+    smallest normal halved must stay a denormal through the kernels' fma."""
+    tiny = np.full(1, np.finfo(np.float32).tiny, np.float32)
+    half, zero, out = np.full(1, 0.5, np.float32), np.zeros(1, np.float32), np.ones(1, np.float32)
+    kernels().fma_elementwise(tiny, half, zero, out)
+    return bool(out[0] == tiny[0] * np.float32(0.5) and out[0] != 0)
+
+
+def set_threads(threads: int) -> None:
+    """Threads split outputs, never a sum: the count changes speed only."""
+    import numba
+
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]

@@ -1,0 +1,219 @@
+"""The universal layers: Conv2d, Linear, ReLU and the frame scaling as torch modules whose
+forward and backward run the universal kernels (cpu.py), bit for bit the spec's
+(reference.py). torch only stores and moves the data: each layer is an autograd Function
+whose arithmetic is the kernels', and every output is checked for NaN, which stops the run
+naming the op (a NaN's payload differs between machines).
+
+The weights and state-dict names are nn.Conv2d's and nn.Linear's, so a module built of
+these saves, loads and checkpoints as its standard twin does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numpy.lib.stride_tricks import sliding_window_view
+from torch import nn
+
+from reprodqn.core.errors import InputError
+from reprodqn.universal import cpu
+
+f32 = np.float32
+
+
+class NumericsError(InputError):
+    """A NaN, or an op the universal mode does not cover: the run stops, naming it."""
+
+
+def _host(tensor: torch.Tensor, name: str) -> np.ndarray:
+    if tensor.device.type != "cpu":
+        raise NumericsError(
+            f"compute.numerics universal: {name} is on {tensor.device}; this install's universal "
+            "backend is the CPU's (set compute.device: cpu)"
+        )
+    if tensor.dtype != torch.float32 and tensor.dtype != torch.uint8:
+        raise NumericsError(f"compute.numerics universal: {name} is {tensor.dtype}, not float32")
+    return np.ascontiguousarray(tensor.detach().numpy())
+
+
+def _checked(values: np.ndarray, op: str) -> torch.Tensor:
+    if np.isnan(values).any():
+        raise NumericsError(f"compute.numerics universal: {op} gave a NaN; the run stops here")
+    return torch.from_numpy(values)
+
+
+def _im2col(x: np.ndarray, kernel: int, stride: int) -> np.ndarray:
+    """(B, C, H, W) -> (B, C*k*k, OH*OW), rows (c, ky, kx): a copy, no arithmetic."""
+    windows = sliding_window_view(x, (kernel, kernel), axis=(2, 3))[:, :, ::stride, ::stride]
+    batch, channels, out_h, out_w = windows.shape[:4]
+    cols = np.ascontiguousarray(windows.transpose(0, 1, 4, 5, 2, 3))
+    return cols.reshape(batch, channels * kernel * kernel, out_h * out_w)
+
+
+class _Conv2dFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride: int):
+        k = cpu.kernels()
+        xs, w = _host(x, "conv2d input"), _host(weight, "conv2d weight")
+        out_c, _, kernel, _ = w.shape
+        cols = _im2col(xs, kernel, stride)
+        out = np.empty((xs.shape[0], out_c, cols.shape[2]), f32)
+        k.gemm(w.reshape(1, out_c, -1), cols, out)
+        if bias is not None:
+            k.add_row_bias(out, _host(bias, "conv2d bias"))
+        ctx.save_for_backward(weight)
+        ctx.cols, ctx.stride, ctx.x_shape = cols, stride, xs.shape
+        out_h = (xs.shape[2] - kernel) // stride + 1
+        return _checked(out.reshape(xs.shape[0], out_c, out_h, -1), "conv2d")
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        k = cpu.kernels()
+        (weight,) = ctx.saved_tensors
+        w, cols = _host(weight, "conv2d weight"), ctx.cols
+        batch, out_c = grad_out.shape[:2]
+        dy = _host(grad_out, "conv2d gradient").reshape(batch, out_c, -1)
+        dy_rows = np.ascontiguousarray(dy.transpose(1, 0, 2)).reshape(1, out_c, -1)
+        col_rows = np.ascontiguousarray(cols.transpose(0, 2, 1)).reshape(1, -1, cols.shape[1])
+        grad_w = np.empty((1, out_c, cols.shape[1]), f32)
+        k.gemm(dy_rows, col_rows, grad_w)
+        grad_b = np.empty(out_c, f32)
+        k.sum_channel_major(dy, grad_b)
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            w_t = np.ascontiguousarray(w.reshape(out_c, -1).T)[None]
+            dcols = np.empty((batch, w_t.shape[1], dy.shape[2]), f32)
+            k.gemm(w_t, dy, dcols)
+            kernel = w.shape[2]
+            _, channels, height, width = ctx.x_shape
+            out_h, out_w = grad_out.shape[2], grad_out.shape[3]
+            dcols6 = dcols.reshape(batch, channels, kernel, kernel, out_h, out_w)
+            grad_x = np.empty(ctx.x_shape, f32)
+            k.col2im(dcols6, grad_x, ctx.stride)
+            grad_x = _checked(grad_x, "conv2d input gradient")
+        return (
+            grad_x,
+            _checked(grad_w.reshape(w.shape), "conv2d weight gradient"),
+            _checked(grad_b, "conv2d bias gradient"),
+            None,
+        )
+
+
+class _LinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        k = cpu.kernels()
+        xs, w = _host(x, "linear input"), _host(weight, "linear weight")
+        out = np.empty((1, xs.shape[0], w.shape[0]), f32)
+        k.gemm(xs[None], np.ascontiguousarray(w.T)[None], out)
+        out = out[0]
+        if bias is not None:
+            k.add_column_bias(out, _host(bias, "linear bias"))
+        ctx.save_for_backward(x, weight)
+        return _checked(out, "linear")
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        k = cpu.kernels()
+        x, weight = ctx.saved_tensors
+        xs, w, dy = (
+            _host(x, "linear input"),
+            _host(weight, "linear weight"),
+            _host(grad_out, "linear gradient"),
+        )
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = np.empty((1, *xs.shape), f32)
+            k.gemm(dy[None], w[None], grad_x)
+            grad_x = _checked(grad_x[0], "linear input gradient")
+        grad_w = np.empty((1, *w.shape), f32)
+        k.gemm(np.ascontiguousarray(dy.T)[None], xs[None], grad_w)
+        grad_b = np.empty(w.shape[0], f32)
+        k.sum_rows(dy, grad_b)
+        return (
+            grad_x,
+            _checked(grad_w[0], "linear weight gradient"),
+            _checked(grad_b, "linear bias gradient"),
+        )
+
+
+class _ReLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        xs = _host(x, "relu input")
+        out = np.empty_like(xs)
+        cpu.kernels().relu(xs, out)
+        result = torch.from_numpy(out)
+        ctx.save_for_backward(result)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (out,) = ctx.saved_tensors
+        grad = _host(grad_out, "relu gradient")
+        grad_x = np.empty_like(grad)
+        cpu.kernels().relu_grad(grad, _host(out, "relu output"), grad_x)
+        return torch.from_numpy(grad_x)
+
+
+class Conv2d(nn.Conv2d):
+    """nn.Conv2d (square kernel and stride, no padding, dilation or groups) on the universal
+    kernels."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _Conv2dFunction.apply(x, self.weight, self.bias, self.stride[0])
+
+
+class Linear(nn.Linear):
+    """nn.Linear on the universal kernels."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _LinearFunction.apply(x, self.weight, self.bias)
+
+
+class ReLU(nn.Module):
+    """max(x, 0) with -0 and 0 both +0, on the universal kernels."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _ReLUFunction.apply(x)
+
+
+def scale_frames(frames: torch.Tensor) -> torch.Tensor:
+    """uint8 pixels to fl32(x / 255): the network's input."""
+    pixels = _host(frames, "frames")
+    out = np.empty(pixels.shape, f32)
+    cpu.kernels().scale_frames(pixels, out)
+    return torch.from_numpy(out)
+
+
+def check_supported(module: nn.Module) -> None:
+    """Refuse, in one line naming it, a layer the universal mode does not compute."""
+    for name, layer in module.named_modules():
+        if isinstance(layer, nn.Conv2d) and not isinstance(layer, Conv2d):
+            raise NumericsError(f"compute.numerics universal: {name} is torch's {type(layer)}")
+        if isinstance(layer, Conv2d) and (
+            layer.padding != (0, 0)
+            or layer.dilation != (1, 1)
+            or layer.groups != 1
+            or layer.stride[0] != layer.stride[1]
+            or layer.kernel_size[0] != layer.kernel_size[1]
+        ):
+            raise NumericsError(
+                f"compute.numerics universal: {name} needs a square kernel and stride, "
+                "no padding, dilation or groups"
+            )
+
+
+def init_uniform_(tensor: torch.Tensor, fan_in: int, generator: torch.Generator) -> None:
+    """U(-b, b), b = fl32(1 / sqrt(fan_in)), in the spec's arithmetic: 24 random bits u from
+    the generator (integers: the same on every machine), then w = fma(u * 2^-24, 2b, -b)."""
+    bound = f32(1.0 / math.sqrt(fan_in))
+    bits = torch.randint(0, 1 << 24, tensor.shape, generator=generator, dtype=torch.int64)
+    unit = (bits.numpy().astype(np.float64) * 2.0**-24).astype(f32)  # exact
+    values = np.empty(unit.size, f32)
+    two_b, minus_b = np.full_like(unit, bound * f32(2)), np.full_like(unit, -bound)
+    cpu.kernels().fma_elementwise(unit.reshape(-1), two_b.reshape(-1), minus_b.reshape(-1), values)
+    with torch.no_grad():
+        tensor.copy_(torch.from_numpy(values.reshape(tensor.shape)))
