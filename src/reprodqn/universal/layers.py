@@ -103,11 +103,11 @@ class _Conv2dFunction(torch.autograd.Function):
 
 class _LinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias):
+    def forward(ctx, x, weight, bias, transposed):
         k = cpu.kernels()
         xs, w = _host(x, "linear input"), _host(weight, "linear weight")
         out = np.empty((1, xs.shape[0], w.shape[0]), f32)
-        k.gemm(xs[None], np.ascontiguousarray(w.T)[None], out)
+        k.gemm(xs[None], transposed[None], out)
         out = out[0]
         if bias is not None:
             k.add_column_bias(out, _host(bias, "linear bias"))
@@ -136,6 +136,7 @@ class _LinearFunction(torch.autograd.Function):
             grad_x,
             _checked(grad_w[0], "linear weight gradient"),
             _checked(grad_b, "linear bias gradient"),
+            None,
         )
 
 
@@ -167,10 +168,18 @@ class Conv2d(nn.Conv2d):
 
 
 class Linear(nn.Linear):
-    """nn.Linear on the universal kernels."""
+    """nn.Linear on the universal kernels. The forward multiplies by W's transpose, whose
+    copy is kept until the weight's version changes (an optimizer step or a load bumps it:
+    universal.optim does), so acting does not copy fc1's 6 MB at every step."""
+
+    _transposed: tuple[tuple[int, int], np.ndarray] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _LinearFunction.apply(x, self.weight, self.bias)
+        key = (self.weight._version, self.weight.data_ptr())
+        if self._transposed is None or self._transposed[0] != key:
+            weight = _host(self.weight, "linear weight")
+            self._transposed = (key, np.ascontiguousarray(weight.T))
+        return _LinearFunction.apply(x, self.weight, self.bias, self._transposed[1])
 
 
 class ReLU(nn.Module):

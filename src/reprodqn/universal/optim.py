@@ -80,6 +80,7 @@ class _Universal(torch.optim.Optimizer):
                         state[name] = torch.zeros_like(param)
                 state["step"].fill_(float(state["step"]) + 1)  # a count: exact to 2^24
                 self._update(group, param, state)
+                torch.autograd.graph.increment_version(param)  # written through numpy
                 _checked(_flat(param), f"{type(self).__name__} step")
 
     def _update(self, group, param, state) -> None:

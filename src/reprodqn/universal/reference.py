@@ -132,3 +132,29 @@ def conv2d_grads(x, weight, grad_y, stride: int):
             )
             grad_x[window] = grad_x[window] + dcols[:, :, ky, kx]
     return grad_x, grad_w, grad_b
+
+
+# -- optimizers: one step of one parameter; hyperparameters as the binary32 nearest them ---
+
+
+def rmsprop(param, grad, square_avg, lr: float, alpha: float, eps: float):
+    """s = fma(fl((1-a) g), g, fl(s a)); p = fl(p + fl(fl(-lr g) / fl(sqrt(s) + eps)))."""
+    s = fma32(f32(1 - alpha) * grad, grad, square_avg * f32(alpha))
+    return param + (f32(-lr) * grad) / (np.sqrt(s) + f32(eps)), s
+
+
+def rmsprop_centered(param, grad, grad_avg, square_avg, lr: float, alpha: float, eps: float):
+    mean = fma32(f32(1 - alpha), grad, grad_avg * f32(alpha))
+    s = fma32(f32(1 - alpha) * grad, grad, square_avg * f32(alpha))
+    step = (f32(-lr) * grad) / np.sqrt(fma32(-mean, mean, s) + f32(eps))
+    return param + step, mean, s
+
+
+def adam(param, grad, exp_avg, exp_avg_sq, lr, betas, eps, beta_powers):
+    """beta_powers: (b1^t, b2^t) in binary64, after this step's product."""
+    (beta1, beta2), (power1, power2) = betas, beta_powers
+    m = fma32(f32(1 - beta1), grad - exp_avg, exp_avg)
+    v = fma32(f32(1 - beta2) * grad, grad, exp_avg_sq * f32(beta2))
+    step_size, root_c2 = lr / (1 - power1), np.sqrt(np.float64(1 - power2))
+    denom = np.sqrt(v) / f32(root_c2) + f32(eps)
+    return param + (f32(-step_size) * m) / denom, m, v

@@ -1,0 +1,92 @@
+"""The universal golden chain: a tiny training run in the universal numerics mode must give
+the chain committed in tests/golden/, at every CPU floor this machine has and at 1 and 2
+threads, and the universal probe (tools/universal_probe.py: the Nature network's updates,
+every kernel) its committed hash. The same chain on every machine is the mode's promise;
+the probe's record names each machine, torch version and emulated CPU that gave it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reprodqn.determinism import isa
+from tests.helpers import PARAMS, ROOT, cli_env
+
+GOLDEN = ROOT / "tests" / "golden"
+CHAIN = GOLDEN / "universal-tiny-nips.hashes.jsonl"
+PROBE = GOLDEN / "universal-probe.json"
+OVERRIDES = [
+    "compute.numerics=universal",
+    "env.resize=linear_exact",
+    "agent.network=nips",
+    "agent.batch_size=8",
+    "agent.target_sync_every=100",
+    "agent.epsilon_decay_steps=300",
+    "replay.capacity=1000",
+    "replay.learning_starts=200",
+    "train.steps=800",
+    "train.checkpoint_every=400",
+    "train.resume_every=400",
+    "train.log_every=100",
+]
+
+
+def universal_chain(runs_dir: Path, *extra: str, env: dict | None = None) -> list[str]:
+    argv = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "deterministic"]
+    argv += ["--run", "0", "--params", str(PARAMS), "--runs-dir", str(runs_dir)]
+    for item in (*OVERRIDES, *extra):
+        argv += ["--set", item]
+    environment = {**cli_env(), **(env or {})}
+    subprocess.run(argv, check=True, capture_output=True, env=environment, cwd=runs_dir)
+    return (runs_dir / "deterministic" / "0" / "hashes.jsonl").read_text().splitlines()
+
+
+def floors_here() -> list[str]:
+    flags = isa.machine_flags()
+    return [floor for floor, need in isa.REQUIRED_FLAGS.items() if set(need) <= flags]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        (),
+        ("compute.threads=2",),
+        *[(f"compute.cpu_isa={f}",) for f in isa.FLOORS if f != "portable"],
+    ],
+    ids=lambda extra: ",".join(extra) or "portable-1-thread",
+)
+def test_the_universal_chain_is_the_golden_one(tmp_path, extra):
+    floor = next((item.split("=")[1] for item in extra if "cpu_isa" in item), "portable")
+    if floor not in floors_here():
+        pytest.skip(f"this CPU lacks the {floor} floor")
+    ours = universal_chain(tmp_path, *extra)
+    golden = CHAIN.read_text().splitlines()
+    assert json.loads(ours[-1])["updates"] > 100
+    assert all(json.loads(line)["numerics"] == "universal" for line in ours)
+    assert ours == golden, f"the universal chain parted from the golden one under {extra}"
+
+
+# numba's code for another CPU: SSE2 without fma (libm's fmaf), AVX2, AVX-512 vector bodies
+NUMBA_TARGETS = {"x86-64": (), "haswell": ("avx2",), "skylake-avx512": ("avx512f",)}
+
+
+@pytest.mark.parametrize("target", NUMBA_TARGETS)
+def test_the_universal_chain_is_one_at_every_vector_width(tmp_path, target):
+    """The kernels compiled for narrower and wider vectors than this CPU's own: a sum split
+    across lanes, or a vector body and a scalar tail that differ, would part the chain."""
+    if not set(NUMBA_TARGETS[target]) <= isa.machine_flags():
+        pytest.skip(f"this CPU cannot run {target} code")
+    ours = universal_chain(tmp_path, env={"NUMBA_CPU_NAME": target, "NUMBA_CPU_FEATURES": ""})
+    assert ours == CHAIN.read_text().splitlines(), f"parted with numba compiling for {target}"
+
+
+def test_the_probe_gives_its_golden_hash():
+    from tools.universal_probe import probe
+
+    record = json.loads(PROBE.read_text())
+    ours = probe(record["updates"], threads=2)
+    assert (ours["sha256"], ours["greedy"]) == (record["sha256"], record["greedy"])
