@@ -51,7 +51,7 @@ def test_gemm_is_the_reference_chain(shape, threads):
     out = np.empty((3, rows, width), f32)
     cpu.set_threads(threads)
     try:
-        cpu.kernels().gemm(a, b, out)
+        cpu.gemm(a, b, out)
     finally:
         cpu.set_threads(1)
     for n in range(3):

@@ -1,4 +1,5 @@
-"""The universal kernels on a CPU, compiled by numba (LLVM) for the machine at hand.
+"""The universal kernels on a CPU, compiled by numba and llvmlite (LLVM) for the machine at
+hand.
 
 Written by hand because no library computes a product in one written order: BLAS, oneDNN
 and MKL block and split their sums differently per instruction set. Each output here is
@@ -16,6 +17,8 @@ import functools
 from types import SimpleNamespace
 
 import numpy as np
+
+from reprodqn.universal import tiles
 
 
 @functools.cache
@@ -35,25 +38,6 @@ def kernels() -> SimpleNamespace:
         return signature, codegen
 
     jit = functools.partial(njit, fastmath=False, error_model="numpy", nogil=True, cache=True)
-
-    @jit(parallel=True)
-    def gemm(a, b, out):
-        """out[n, m, :] = chain_k a[n or 0, m, k] * b[n or 0, k, :], from +0."""
-        batch, rows, width = out.shape
-        depth = a.shape[2]
-        for job in prange(batch * rows):
-            n = job // rows
-            m = job - n * rows
-            an = n if a.shape[0] > 1 else 0
-            bn = n if b.shape[0] > 1 else 0
-            acc = out[n, m]
-            for j in range(width):
-                acc[j] = np.float32(0.0)
-            for k in range(depth):
-                factor = a[an, m, k]
-                row = b[bn, k]
-                for j in range(width):
-                    acc[j] = fma32(factor, row[j], acc[j])
 
     @jit(parallel=True)
     def add_row_bias(out, bias):
@@ -139,9 +123,73 @@ def kernels() -> SimpleNamespace:
         for i in range(out.size):
             out[i] = fma32(a[i], b[i], c[i])
 
-    compiled: list = [gemm, add_row_bias, add_column_bias, sum_rows, sum_channel_major, col2im]
+    compiled: list = [add_row_bias, add_column_bias, sum_rows, sum_channel_major, col2im]
     compiled += [scale_frames, relu, relu_grad, fma_elementwise]
     return SimpleNamespace(fma32=fma32, **{f.__name__: f for f in compiled})
+
+
+@functools.cache
+def _tiled():
+    """The product's driver: every (sample, column panel, row block) job one register tile
+    (tiles.py), the jobs split among numba's threads. Not cached on disk: it calls the tile
+    by its address in this process."""
+    from numba import njit, prange
+
+    kernel = tiles.tile()
+    call, rows_per, columns_per = kernel.function, kernel.rows, kernel.columns
+
+    @njit(parallel=True, fastmath=False, error_model="numpy", nogil=True)
+    def tiled(a, b, out):
+        batch, rows, width = out.shape
+        depth = a.shape[2]
+        row_blocks, panels = rows // rows_per, width // columns_per
+        for job in prange(batch * panels * row_blocks):
+            n = job // (panels * row_blocks)
+            rest = job - n * panels * row_blocks
+            panel = rest // row_blocks
+            m = (rest - panel * row_blocks) * rows_per
+            j = panel * columns_per
+            an = n if a.shape[0] > 1 else 0
+            bn = n if b.shape[0] > 1 else 0
+            call(
+                a[an, m:].ctypes.data,
+                depth,
+                b[bn, :, j:].ctypes.data,
+                width,
+                out[n, m:, j:].ctypes.data,
+                width,
+                depth,
+            )
+
+    return tiled
+
+
+def _padded(values: np.ndarray, axis: int, multiple: int) -> np.ndarray:
+    """`values` with zeros appended along `axis` to a multiple: extra lanes and rows that
+    no output reads (each output is its own lane)."""
+    size = values.shape[axis]
+    extra = -size % multiple
+    if not extra:
+        return values
+    widths = [(0, 0)] * values.ndim
+    widths[axis] = (0, extra)
+    return np.pad(values, widths)
+
+
+def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """out[n] = a[n or 0] @ b[n or 0], each output one fma chain over k ascending from +0
+    (reference.chain). a (A, M, K), b (B, K, N), out (max(A, B), M, N), float32, C order."""
+    if a.shape[2] == 0:
+        out[...] = 0
+        return
+    kernel = tiles.tile()
+    a_full = np.ascontiguousarray(_padded(a, 1, kernel.rows))
+    b_full = np.ascontiguousarray(_padded(b, 2, kernel.columns))
+    shape = (out.shape[0], a_full.shape[1], b_full.shape[2])
+    target = out if shape == out.shape else np.empty(shape, np.float32)
+    _tiled()(a_full, b_full, target)
+    if target is not out:
+        out[...] = target[:, : out.shape[1], : out.shape[2]]
 
 
 def denormals_kept() -> bool:

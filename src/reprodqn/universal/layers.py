@@ -60,7 +60,7 @@ class _Conv2dFunction(torch.autograd.Function):
         out_c, _, kernel, _ = w.shape
         cols = _im2col(xs, kernel, stride)
         out = np.empty((xs.shape[0], out_c, cols.shape[2]), f32)
-        k.gemm(w.reshape(1, out_c, -1), cols, out)
+        cpu.gemm(w.reshape(1, out_c, -1), cols, out)
         if bias is not None:
             k.add_row_bias(out, _host(bias, "conv2d bias"))
         ctx.save_for_backward(weight)
@@ -78,14 +78,14 @@ class _Conv2dFunction(torch.autograd.Function):
         dy_rows = np.ascontiguousarray(dy.transpose(1, 0, 2)).reshape(1, out_c, -1)
         col_rows = np.ascontiguousarray(cols.transpose(0, 2, 1)).reshape(1, -1, cols.shape[1])
         grad_w = np.empty((1, out_c, cols.shape[1]), f32)
-        k.gemm(dy_rows, col_rows, grad_w)
+        cpu.gemm(dy_rows, col_rows, grad_w)
         grad_b = np.empty(out_c, f32)
         k.sum_channel_major(dy, grad_b)
         grad_x = None
         if ctx.needs_input_grad[0]:
             w_t = np.ascontiguousarray(w.reshape(out_c, -1).T)[None]
             dcols = np.empty((batch, w_t.shape[1], dy.shape[2]), f32)
-            k.gemm(w_t, dy, dcols)
+            cpu.gemm(w_t, dy, dcols)
             kernel = w.shape[2]
             _, channels, height, width = ctx.x_shape
             out_h, out_w = grad_out.shape[2], grad_out.shape[3]
@@ -107,7 +107,7 @@ class _LinearFunction(torch.autograd.Function):
         k = cpu.kernels()
         xs, w = _host(x, "linear input"), _host(weight, "linear weight")
         out = np.empty((1, xs.shape[0], w.shape[0]), f32)
-        k.gemm(xs[None], transposed[None], out)
+        cpu.gemm(xs[None], transposed[None], out)
         out = out[0]
         if bias is not None:
             k.add_column_bias(out, _host(bias, "linear bias"))
@@ -126,10 +126,10 @@ class _LinearFunction(torch.autograd.Function):
         grad_x = None
         if ctx.needs_input_grad[0]:
             grad_x = np.empty((1, *xs.shape), f32)
-            k.gemm(dy[None], w[None], grad_x)
+            cpu.gemm(dy[None], w[None], grad_x)
             grad_x = _checked(grad_x[0], "linear input gradient")
         grad_w = np.empty((1, *w.shape), f32)
-        k.gemm(np.ascontiguousarray(dy.T)[None], xs[None], grad_w)
+        cpu.gemm(np.ascontiguousarray(dy.T)[None], xs[None], grad_w)
         grad_b = np.empty(w.shape[0], f32)
         k.sum_rows(dy, grad_b)
         return (
