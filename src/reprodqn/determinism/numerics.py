@@ -112,20 +112,9 @@ def configure(
 
 
 def configure_universal(mode: str, threads: int) -> dict:
-    """The universal mode's backend, set up and recorded ({} in the standard mode): numba's
-    threads (which split outputs, never a sum) and a check that denormals are kept."""
+    """The universal mode's backend, set up and recorded ({} in the standard mode)."""
     if mode != "universal":
         return {}
-    import numba
-
     from reprodqn.universal import cpu
-    from reprodqn.universal.layers import NumericsError
-    from reprodqn.universal.record import universal_record
 
-    cpu.set_threads(threads)
-    if not cpu.denormals_kept():
-        raise NumericsError(
-            "compute.numerics universal: this process flushes denormals to zero (FTZ/DAZ set "
-            "by a library loaded before reprodqn); the universal chain needs them kept"
-        )
-    return {**universal_record(mode), "universal_backend": f"cpu: numba {numba.__version__}"}
+    return cpu.configure(threads)

@@ -15,7 +15,6 @@ import torch
 from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
 from reprodqn.exact import HashChain, load_resume_point, save_resume_point
-from reprodqn.universal.record import universal_record
 
 if TYPE_CHECKING:  # what subclasses hold, named for the type checker only
     from reprodqn.config.params import RunConfig
@@ -60,7 +59,7 @@ class RunState:
         self.step = 0
         self.updates = 0
         # hashes.jsonl and checkpoints/, as any script's; a universal chain says so per line
-        self.chain = HashChain(self.dir, universal_record(self.config.compute.numerics))
+        self.chain = HashChain(self.dir, self.config.compute.numerics)
         self.pending_losses: list[torch.Tensor] = []
         self.acc = Accumulators()
 

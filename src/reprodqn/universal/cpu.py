@@ -22,14 +22,13 @@ from reprodqn.universal import tiles
 
 
 @functools.cache
-def kernels() -> SimpleNamespace:
-    """The compiled kernels (numba imported and compiled on first use, cached on disk)."""
-    from numba import njit, prange, types
+def fma32():
+    """llvm.fma.f32 as a numba intrinsic: a * b + c with one rounding (numba exposes no fma)."""
+    from numba import types
     from numba.core.extending import intrinsic
 
     @intrinsic
     def fma32(typingctx, a, b, c):
-        """llvm.fma.f32: a * b + c with one rounding (numba exposes no fma)."""
         signature = types.float32(types.float32, types.float32, types.float32)
 
         def codegen(context, builder, sig, args):
@@ -37,7 +36,19 @@ def kernels() -> SimpleNamespace:
 
         return signature, codegen
 
-    jit = functools.partial(njit, fastmath=False, error_model="numpy", nogil=True, cache=True)
+    return fma32
+
+
+# fastmath off: no contraction or reassociation; error_model numpy: no division check
+JIT = {"fastmath": False, "error_model": "numpy", "nogil": True, "cache": True}
+
+
+@functools.cache
+def _sums() -> dict:
+    """The biases and the bias gradients' sums."""
+    from numba import njit, prange
+
+    jit = functools.partial(njit, **JIT)
 
     @jit(parallel=True)
     def add_row_bias(out, bias):
@@ -77,6 +88,21 @@ def kernels() -> SimpleNamespace:
                     acc = acc + grad[n, c, p]
             out[c] = acc
 
+    return {
+        "add_row_bias": add_row_bias,
+        "add_column_bias": add_column_bias,
+        "sum_rows": sum_rows,
+        "sum_channel_major": sum_channel_major,
+    }
+
+
+@functools.cache
+def _col2im():
+    """The convolution's input gradient from its columns."""
+    from numba import njit, prange
+
+    jit = functools.partial(njit, **JIT)
+
     @jit(parallel=True)
     def col2im(dcols, grad_x, stride):
         """grad_x[n, c] = for (ky, kx) ascending, from +0: + dcols[n, c, ky, kx] at the
@@ -95,6 +121,17 @@ def kernels() -> SimpleNamespace:
                         for ox in range(out_w):
                             y, x = oy * stride + ky, ox * stride + kx
                             plane[y, x] = plane[y, x] + dcols[n, c, ky, kx, oy, ox]
+
+    return col2im
+
+
+@functools.cache
+def _elementwise() -> dict:
+    """The input scaling, ReLU and its gradient, and a plain fma."""
+    from numba import njit, prange
+
+    jit = functools.partial(njit, **JIT)
+    fma = fma32()
 
     @jit(parallel=True)
     def scale_frames(frames, out):
@@ -121,11 +158,20 @@ def kernels() -> SimpleNamespace:
     @jit
     def fma_elementwise(a, b, c, out):
         for i in range(out.size):
-            out[i] = fma32(a[i], b[i], c[i])
+            out[i] = fma(a[i], b[i], c[i])
 
-    compiled: list = [add_row_bias, add_column_bias, sum_rows, sum_channel_major, col2im]
-    compiled += [scale_frames, relu, relu_grad, fma_elementwise]
-    return SimpleNamespace(fma32=fma32, **{f.__name__: f for f in compiled})
+    return {
+        "scale_frames": scale_frames,
+        "relu": relu,
+        "relu_grad": relu_grad,
+        "fma_elementwise": fma_elementwise,
+    }
+
+
+@functools.cache
+def kernels() -> SimpleNamespace:
+    """The compiled kernels (numba imported and compiled on first use, cached on disk)."""
+    return SimpleNamespace(fma32=fma32(), col2im=_col2im(), **_sums(), **_elementwise())
 
 
 @functools.cache
@@ -199,6 +245,25 @@ def denormals_kept() -> bool:
     half, zero, out = np.full(1, 0.5, np.float32), np.zeros(1, np.float32), np.ones(1, np.float32)
     kernels().fma_elementwise(tiny, half, zero, out)
     return bool(out[0] == tiny[0] * np.float32(0.5) and out[0] != 0)
+
+
+def configure(threads: int) -> dict:
+    """Set up the backend and say what it is: numba's threads (which split outputs, never
+    a sum) and a check that denormals are kept; the record for the run's conditions."""
+    import numba
+
+    from reprodqn.universal.errors import NumericsError
+    from reprodqn.universal.record import universal_record
+
+    set_threads(threads)
+    if not denormals_kept():
+        raise NumericsError(
+            "compute.numerics universal: this process flushes denormals to zero (FTZ/DAZ set "
+            "by a library loaded before reprodqn); the universal chain needs them kept"
+        )
+    tile = tiles.tile()
+    backend = f"cpu: numba {numba.__version__}, {tile.lanes}-lane tiles for {tile.cpu}"
+    return {**universal_record("universal"), "universal_backend": backend}
 
 
 def set_threads(threads: int) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from reprodqn.universal.layers import NumericsError
+from reprodqn.universal.errors import NumericsError
 
 # ops whose floating-point outputs are copies, selections or constants of their inputs
 MOVING = {

@@ -17,14 +17,10 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 from torch import nn
 
-from reprodqn.core.errors import InputError
 from reprodqn.universal import cpu
+from reprodqn.universal.errors import NumericsError
 
 f32 = np.float32
-
-
-class NumericsError(InputError):
-    """A NaN, or an op the universal mode does not cover: the run stops, naming it."""
 
 
 def _host(tensor: torch.Tensor, name: str) -> np.ndarray:

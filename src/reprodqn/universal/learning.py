@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from reprodqn.universal.layers import NumericsError, _checked, _host
+from reprodqn.universal.errors import NumericsError
+from reprodqn.universal.layers import _checked, _host
 
 f32, f64 = np.float32, np.float64
 
@@ -54,41 +55,55 @@ def _sum_ascending(terms: np.ndarray) -> np.float32:
     return total
 
 
-class _QLossFunction(torch.autograd.Function):
-    """Huber (z < 1: 0.5 z * z, else z - 0.5, z = |q - t|) or squared error of Q(s, a), summed
-    in sample order from +0, divided by the batch for the mean. The gradient of a sample:
-    Huber's clip(q - t, -1, 1), the squared error's 2 (q - t); divided by the batch for the
-    mean; placed at its action, +0 elsewhere."""
+class _LossFunction(torch.autograd.Function):
+    """Huber (z < 1: 0.5 z * z, else z - 0.5, z = |y - t|) or squared error, summed in sample
+    order from +0 (a sample's terms in row order), divided by the count for the mean. A
+    term's gradient: Huber's clip(y - t, -1, 1), the squared error's 2 (y - t), divided by
+    the count for the mean. With `actions`, y is the row's value at its action and the
+    gradient is placed there, +0 elsewhere (Q(s, a))."""
 
     @staticmethod
-    def forward(ctx, q_all, actions, targets, loss: str, reduction: str):
-        q_rows = _host(q_all, "Q-values")
-        taken = q_rows[np.arange(len(q_rows)), actions.numpy()]
-        delta = taken - _host(targets, "TD targets")
+    def forward(ctx, values, actions, targets, loss: str, reduction: str):
+        rows = _host(values, "predictions")
+        chosen = rows if actions is None else rows[np.arange(len(rows)), actions.numpy()]
+        delta = (chosen - _host(targets, "targets")).reshape(-1)
         if loss == "huber":
             size = np.abs(delta)
             per_sample = np.where(size < 1, (f32(0.5) * size) * size, size - f32(0.5))
             slope = np.where(size < 1, delta, np.copysign(f32(1.0), delta)).astype(f32)
-        else:
+        elif loss in ("mse", "squared"):
             per_sample, slope = delta * delta, f32(2.0) * delta
+        else:
+            raise NumericsError(f"compute.numerics universal: no loss {loss!r} (huber or mse)")
         total = _sum_ascending(per_sample.astype(f32))
-        batch = f32(len(delta))
+        count = f32(len(delta))
         if reduction == "mean":
-            total, slope = f32(total / batch), (slope / batch).astype(f32)
-        ctx.slope, ctx.actions, ctx.shape = slope, actions.numpy(), q_rows.shape
+            total, slope = f32(total / count), (slope / count).astype(f32)
+        ctx.slope, ctx.shape = slope, rows.shape
+        ctx.actions = None if actions is None else actions.numpy()
         return _checked(np.asarray(total, f32), f"{loss} loss")
 
     @staticmethod
     def backward(ctx, grad_out):
         if float(grad_out) != 1.0:
             raise NumericsError("compute.numerics universal: the loss must be the last op")
-        grad = np.zeros(ctx.shape, f32)
-        grad[np.arange(len(grad)), ctx.actions] = ctx.slope
-        return torch.from_numpy(grad), None, None, None, None
+        if ctx.actions is None:
+            grad = ctx.slope.reshape(ctx.shape)
+        else:
+            grad = np.zeros(ctx.shape, f32)
+            grad[np.arange(len(grad)), ctx.actions] = ctx.slope
+        return torch.from_numpy(np.ascontiguousarray(grad)), None, None, None, None
 
 
 def q_loss(
     q_all: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor, loss: str, reduction: str
 ) -> torch.Tensor:
     """The loss of Q(s, a) against the targets, differentiable into the network."""
-    return _QLossFunction.apply(q_all, actions, targets, loss, reduction)
+    return _LossFunction.apply(q_all, actions, targets, loss, reduction)
+
+
+def regression_loss(
+    predictions: torch.Tensor, targets: torch.Tensor, loss: str = "mse", reduction: str = "mean"
+) -> torch.Tensor:
+    """Huber or squared error of predictions against targets of the same shape."""
+    return _LossFunction.apply(predictions, None, targets, loss, reduction)

@@ -24,7 +24,7 @@ f32 = np.float32
 def _loops() -> SimpleNamespace:
     from numba import njit
 
-    fma32 = cpu.kernels().fma32
+    fma32 = cpu.fma32()
     jit = functools.partial(njit, fastmath=False, error_model="numpy", nogil=True, cache=True)
 
     @jit

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 ROWS, VECTORS = 6, 2  # 12 accumulators: within AVX2's 16 registers and NEON's 32
@@ -21,11 +22,12 @@ ROWS, VECTORS = 6, 2  # 12 accumulators: within AVX2's 16 registers and NEON's 3
 
 @dataclass(frozen=True)
 class Tile:
-    function: ctypes._CFuncPtr  # tile(a, lda, b, ldb, c, ldc, depth), depth >= 1
+    function: Callable[..., None]  # tile(a, lda, b, ldb, c, ldc, depth), depth >= 1
     rows: int
     columns: int
     lanes: int
     cpu: str
+    engine: object  # the compiled code lives as long as the tile
 
 
 def _ir(rows: int, vectors: int, lanes: int) -> str:
@@ -83,6 +85,28 @@ def _ir(rows: int, vectors: int, lanes: int) -> str:
     return "\n".join([*lines, "  ret void", "}"])
 
 
+def _target() -> tuple[str, str, int]:
+    """The CPU to compile for, its features and the tile's lanes: this machine's, or the
+    one numba is told to compile for (NUMBA_CPU_NAME, NUMBA_CPU_FEATURES), so both compile
+    for the same CPU and a test can ask for narrower or wider vectors than the host's."""
+    import llvmlite.binding as llvm
+    from numba.core import config
+
+    chosen = getattr(config, "CPU_NAME", None)  # numba sets its config at run time
+    if chosen:
+        name, features = chosen, getattr(config, "CPU_FEATURES", None) or ""
+        wide = "avx512" in name or "+avx512f" in features
+        avx = wide or "+avx" in features or name in AVX_CPUS or name.startswith("znver")
+    else:
+        found = llvm.get_host_cpu_features()
+        name, features = llvm.get_host_cpu_name(), found.flatten()
+        wide, avx = bool(found.get("avx512f")), bool(found.get("avx"))
+    return name, features, 16 if wide else 8 if avx else 4
+
+
+AVX_CPUS = {"sandybridge", "ivybridge", "haswell", "broadwell", "skylake", "alderlake"}
+
+
 @functools.cache
 def tile() -> Tile:
     """The tile compiled for this CPU (its name and features as LLVM reads them)."""
@@ -90,16 +114,14 @@ def tile() -> Tile:
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    features = llvm.get_host_cpu_features()
-    lanes = 16 if features.get("avx512f") else 8 if features.get("avx") else 4
+    name, features, lanes = _target()
     module = llvm.parse_assembly(_ir(ROWS, VECTORS, lanes))
     module.verify()
     machine = llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=features.flatten(), opt=3
+        cpu=name, features=features, opt=3
     )
     engine = llvm.create_mcjit_compiler(module, machine)
     engine.finalize_object()
     signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p, ctypes.c_int64] * 3, ctypes.c_int64)
     function = signature(engine.get_function_address("tile"))
-    function._engine = engine  # the compiled code lives as long as the function
-    return Tile(function, ROWS, VECTORS * lanes, lanes, llvm.get_host_cpu_name())
+    return Tile(function, ROWS, VECTORS * lanes, lanes, name, engine)
