@@ -97,17 +97,17 @@ def _sums() -> dict:
 
 
 @functools.cache
-def _col2im():
-    """The convolution's input gradient from its columns."""
+def _windows():
+    """A convolution's windows as rows (a copy), and the input gradient from theirs."""
     from numba import njit, prange
 
     jit = functools.partial(njit, **JIT)
 
     @jit(parallel=True)
     def col2im(dcols, grad_x, stride):
-        """grad_x[n, c] = for (ky, kx) ascending, from +0: + dcols[n, c, ky, kx] at the
-        pixels that window position reads."""
-        batch, channels, kernel, _, out_h, out_w = dcols.shape
+        """grad_x[n, c] = for (ky, kx) ascending, from +0: + dcols[n, oy, ox, c, ky, kx] at
+        the pixels that window position reads."""
+        batch, out_h, out_w, channels, kernel, _ = dcols.shape
         for job in prange(batch * channels):
             n = job // channels
             c = job - n * channels
@@ -120,9 +120,24 @@ def _col2im():
                     for oy in range(out_h):
                         for ox in range(out_w):
                             y, x = oy * stride + ky, ox * stride + kx
-                            plane[y, x] = plane[y, x] + dcols[n, c, ky, kx, oy, ox]
+                            plane[y, x] = plane[y, x] + dcols[n, oy, ox, c, ky, kx]
 
-    return col2im
+    @jit(parallel=True)
+    def im2col(x, windows, stride):
+        """windows[n, oy, ox, c, ky, kx] = x[n, c, oy*stride + ky, ox*stride + kx]: a copy."""
+        batch, out_h, out_w, channels, kernel, _ = windows.shape
+        for job in prange(batch * out_h):
+            n = job // out_h
+            oy = job - n * out_h
+            for ox in range(out_w):
+                for c in range(channels):
+                    for ky in range(kernel):
+                        for kx in range(kernel):
+                            windows[n, oy, ox, c, ky, kx] = x[
+                                n, c, oy * stride + ky, ox * stride + kx
+                            ]
+
+    return col2im, im2col
 
 
 @functools.cache
@@ -171,55 +186,62 @@ def _elementwise() -> dict:
 @functools.cache
 def kernels() -> SimpleNamespace:
     """The compiled kernels (numba imported and compiled on first use, cached on disk)."""
-    return SimpleNamespace(fma32=fma32(), col2im=_col2im(), **_sums(), **_elementwise())
+    col2im, im2col = _windows()
+    return SimpleNamespace(fma32=fma32(), col2im=col2im, im2col=im2col, **_sums(), **_elementwise())
 
 
 @functools.cache
 def _tiled():
     """The product's driver: every (sample, column panel, row block) job one register tile
-    (tiles.py), the jobs split among numba's threads. Not cached on disk: it calls the tile
-    by its address in this process."""
+    (tiles.py), the jobs split among numba's threads. A block or panel at the edge is
+    copied into a zero-padded tile first: its padding fills lanes no output reads. Not
+    cached on disk: it calls the tile by its address in this process."""
     from numba import njit, prange
 
     kernel = tiles.tile()
-    call, rows_per, columns_per = kernel.function, kernel.rows, kernel.columns
+    call, tile_rows, tile_columns = kernel.function, kernel.rows, kernel.columns
 
     @njit(parallel=True, fastmath=False, error_model="numpy", nogil=True)
     def tiled(a, b, out):
         batch, rows, width = out.shape
         depth = a.shape[2]
-        row_blocks, panels = rows // rows_per, width // columns_per
-        for job in prange(batch * panels * row_blocks):
-            n = job // (panels * row_blocks)
-            rest = job - n * panels * row_blocks
-            panel = rest // row_blocks
-            m = (rest - panel * row_blocks) * rows_per
-            j = panel * columns_per
-            an = n if a.shape[0] > 1 else 0
-            bn = n if b.shape[0] > 1 else 0
-            call(
-                a[an, m:].ctypes.data,
-                depth,
-                b[bn, :, j:].ctypes.data,
-                width,
-                out[n, m:, j:].ctypes.data,
-                width,
-                depth,
-            )
+        blocks = (rows + tile_rows - 1) // tile_rows
+        panels = (width + tile_columns - 1) // tile_columns
+        for job in prange(batch * panels * blocks):
+            n = job // (panels * blocks)
+            panel = (job - n * panels * blocks) // blocks
+            m = (job - n * panels * blocks - panel * blocks) * tile_rows
+            j = panel * tile_columns
+            a_n = a[n if a.shape[0] > 1 else 0]
+            b_n = b[n if b.shape[0] > 1 else 0]
+            block_rows = min(tile_rows, rows - m)
+            panel_columns = min(tile_columns, width - j)
+            if block_rows == tile_rows and panel_columns == tile_columns:
+                call(
+                    a_n[m:].ctypes.data,
+                    depth,
+                    b_n[:, j:].ctypes.data,
+                    width,
+                    out[n, m:, j:].ctypes.data,
+                    width,
+                    depth,
+                )
+                continue
+            a_at, a_step = a_n[m:].ctypes.data, depth
+            if block_rows < tile_rows:  # only the edge is copied, padded with zero rows
+                a_tile = np.zeros((tile_rows, depth), np.float32)
+                a_tile[:block_rows] = a_n[m : m + block_rows]
+                a_at = a_tile.ctypes.data
+            b_at, b_step = b_n[:, j:].ctypes.data, width
+            if panel_columns < tile_columns:
+                b_tile = np.zeros((depth, tile_columns), np.float32)
+                b_tile[:, :panel_columns] = b_n[:, j : j + panel_columns]
+                b_at, b_step = b_tile.ctypes.data, tile_columns
+            c_tile = np.empty((tile_rows, tile_columns), np.float32)
+            call(a_at, a_step, b_at, b_step, c_tile.ctypes.data, tile_columns, depth)
+            out[n, m : m + block_rows, j : j + panel_columns] = c_tile[:block_rows, :panel_columns]
 
     return tiled
-
-
-def _padded(values: np.ndarray, axis: int, multiple: int) -> np.ndarray:
-    """`values` with zeros appended along `axis` to a multiple: extra lanes and rows that
-    no output reads (each output is its own lane)."""
-    size = values.shape[axis]
-    extra = -size % multiple
-    if not extra:
-        return values
-    widths = [(0, 0)] * values.ndim
-    widths[axis] = (0, extra)
-    return np.pad(values, widths)
 
 
 def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
@@ -228,14 +250,7 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     if a.shape[2] == 0:
         out[...] = 0
         return
-    kernel = tiles.tile()
-    a_full = np.ascontiguousarray(_padded(a, 1, kernel.rows))
-    b_full = np.ascontiguousarray(_padded(b, 2, kernel.columns))
-    shape = (out.shape[0], a_full.shape[1], b_full.shape[2])
-    target = out if shape == out.shape else np.empty(shape, np.float32)
-    _tiled()(a_full, b_full, target)
-    if target is not out:
-        out[...] = target[:, : out.shape[1], : out.shape[2]]
+    _tiled()(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
 
 
 def denormals_kept() -> bool:

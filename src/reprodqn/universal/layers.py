@@ -14,7 +14,6 @@ import math
 
 import numpy as np
 import torch
-from numpy.lib.stride_tricks import sliding_window_view
 from torch import nn
 
 from reprodqn.universal import cpu
@@ -41,53 +40,56 @@ def _checked(values: np.ndarray, op: str) -> torch.Tensor:
 
 
 def _im2col(x: np.ndarray, kernel: int, stride: int) -> np.ndarray:
-    """(B, C, H, W) -> (B, C*k*k, OH*OW), rows (c, ky, kx): a copy, no arithmetic."""
-    windows = sliding_window_view(x, (kernel, kernel), axis=(2, 3))[:, :, ::stride, ::stride]
-    batch, channels, out_h, out_w = windows.shape[:4]
-    cols = np.ascontiguousarray(windows.transpose(0, 1, 4, 5, 2, 3))
-    return cols.reshape(batch, channels * kernel * kernel, out_h * out_w)
+    """(B, C, H, W) -> (B, OH*OW, C*k*k): each output position's window, (c, ky, kx) in the
+    weight's order. A copy, no arithmetic."""
+    batch, channels, height, width = x.shape
+    out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    windows = np.empty((batch, out_h, out_w, channels, kernel, kernel), x.dtype)
+    cpu.kernels().im2col(x, windows, stride)
+    return windows.reshape(batch, out_h * out_w, channels * kernel * kernel)
 
 
 class _Conv2dFunction(torch.autograd.Function):
+    """The products with positions as rows: y^T[n] = windows[n] W^T (each output's chain
+    over (c, ky, kx)); dW = dy (n, p) windows (a chain over (n, p)); the windows'
+    gradient dy^T[n] W (a chain over oc), summed onto the input by col2im."""
+
     @staticmethod
     def forward(ctx, x, weight, bias, stride: int):
-        k = cpu.kernels()
         xs, w = _host(x, "conv2d input"), _host(weight, "conv2d weight")
         out_c, _, kernel, _ = w.shape
-        cols = _im2col(xs, kernel, stride)
-        out = np.empty((xs.shape[0], out_c, cols.shape[2]), f32)
-        cpu.gemm(w.reshape(1, out_c, -1), cols, out)
+        windows = _im2col(xs, kernel, stride)  # (B, P, KC)
+        out = np.empty((xs.shape[0], windows.shape[1], out_c), f32)
+        cpu.gemm(windows, np.ascontiguousarray(w.reshape(out_c, -1).T)[None], out)
         if bias is not None:
-            k.add_row_bias(out, _host(bias, "conv2d bias"))
+            cpu.kernels().add_column_bias(out.reshape(-1, out_c), _host(bias, "conv2d bias"))
         ctx.save_for_backward(weight)
-        ctx.cols, ctx.stride, ctx.x_shape = cols, stride, xs.shape
-        out_h = (xs.shape[2] - kernel) // stride + 1
-        return _checked(out.reshape(xs.shape[0], out_c, out_h, -1), "conv2d")
+        ctx.windows, ctx.stride, ctx.x_shape = windows, stride, xs.shape
+        side = (xs.shape[2] - kernel) // stride + 1
+        channels_first = np.ascontiguousarray(out.transpose(0, 2, 1))
+        return _checked(channels_first.reshape(xs.shape[0], out_c, side, -1), "conv2d")
 
     @staticmethod
     def backward(ctx, grad_out):
         k = cpu.kernels()
         (weight,) = ctx.saved_tensors
-        w, cols = _host(weight, "conv2d weight"), ctx.cols
-        batch, out_c = grad_out.shape[:2]
+        w, windows = _host(weight, "conv2d weight"), ctx.windows
+        batch, out_c, out_h, out_w = grad_out.shape
         dy = _host(grad_out, "conv2d gradient").reshape(batch, out_c, -1)
         dy_rows = np.ascontiguousarray(dy.transpose(1, 0, 2)).reshape(1, out_c, -1)
-        col_rows = np.ascontiguousarray(cols.transpose(0, 2, 1)).reshape(1, -1, cols.shape[1])
-        grad_w = np.empty((1, out_c, cols.shape[1]), f32)
-        cpu.gemm(dy_rows, col_rows, grad_w)
+        grad_w = np.empty((1, out_c, windows.shape[2]), f32)
+        cpu.gemm(dy_rows, windows.reshape(1, -1, windows.shape[2]), grad_w)
         grad_b = np.empty(out_c, f32)
         k.sum_channel_major(dy, grad_b)
         grad_x = None
         if ctx.needs_input_grad[0]:
-            w_t = np.ascontiguousarray(w.reshape(out_c, -1).T)[None]
-            dcols = np.empty((batch, w_t.shape[1], dy.shape[2]), f32)
-            cpu.gemm(w_t, dy, dcols)
-            kernel = w.shape[2]
-            _, channels, height, width = ctx.x_shape
-            out_h, out_w = grad_out.shape[2], grad_out.shape[3]
-            dcols6 = dcols.reshape(batch, channels, kernel, kernel, out_h, out_w)
+            dcols = np.empty(windows.shape, f32)
+            cpu.gemm(np.ascontiguousarray(dy.transpose(0, 2, 1)), w.reshape(1, out_c, -1), dcols)
+            kernel, channels = w.shape[2], ctx.x_shape[1]
             grad_x = np.empty(ctx.x_shape, f32)
-            k.col2im(dcols6, grad_x, ctx.stride)
+            k.col2im(
+                dcols.reshape(batch, out_h, out_w, channels, kernel, kernel), grad_x, ctx.stride
+            )
             grad_x = _checked(grad_x, "conv2d input gradient")
         return (
             grad_x,
