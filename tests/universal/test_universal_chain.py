@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reprodqn.determinism import isa
-from tests.helpers import PARAMS, ROOT, cli_env
+from tests.helpers import PARAMS, ROOT, cli_env, stop_after_first_resume_point, train_tiny
 
 GOLDEN = ROOT / "tests" / "golden"
 CHAIN = GOLDEN / "universal-tiny-nips.hashes.jsonl"
@@ -82,6 +82,19 @@ def test_the_universal_chain_is_one_at_every_vector_width(tmp_path, target):
         pytest.skip(f"this CPU cannot run {target} code")
     ours = universal_chain(tmp_path, env={"NUMBA_CPU_NAME": target, "NUMBA_CPU_FEATURES": ""})
     assert ours == CHAIN.read_text().splitlines(), f"parted with numba compiling for {target}"
+
+
+def test_a_resumed_universal_run_gives_the_golden_chain(tmp_path):
+    """Stopped as a crash would after its first resume point, then resumed: the universal
+    optimizer's state and the layers' cached transposes come back as they were."""
+    from reprodqn.config.params import load_params
+
+    params = load_params(PARAMS, [*OVERRIDES, "train.resume_every=300"])
+    assert stop_after_first_resume_point(params, tmp_path) == 300
+    resumed = [json.dumps(line, sort_keys=True) for line in train_tiny(params, tmp_path)]
+    assert resumed == [
+        json.dumps(json.loads(g), sort_keys=True) for g in CHAIN.read_text().splitlines()
+    ]
 
 
 def test_the_probe_gives_its_golden_hash():
