@@ -18,7 +18,13 @@ HOST_PYTHON=${HOST_PYTHON:-python3}
 # host (platform_machine == "x86_64") and would ask for torch's CUDA wheels.
 WHEELS=(numpy==2.4.6 numba==0.68.1 llvmlite==0.50.0 torch==2.9.1
     filelock==4.2.11 typing-extensions==4.16.0 sympy==1.14.0 mpmath==1.3.0
-    networkx==3.6.1 jinja2==3.1.6 markupsafe==3.0.4 fsspec==2026.9.0)
+    networkx==3.6.1 jinja2==3.1.6 markupsafe==3.0.4 fsspec==2026.9.0
+    # what `reprodqn train` imports besides torch: the game (ale-py carries its ROMs),
+    # the frames, the config and the checkpoints
+    ale-py==0.12.1 gymnasium==1.4.0 farama-notifications==0.0.6 cloudpickle==3.1.2
+    opencv-python-headless==5.0.0.93 pydantic==2.14.3 pydantic-core==2.50.4
+    annotated-types==0.8.0 typing-inspection==0.4.5 pyyaml==6.0.3 safetensors==0.8.0
+    scipy==1.17.1 nvidia-ml-py==13.615.71)
 PACKAGES=python3,python3.11,libpython3.11-stdlib,libstdc++6,libgomp1,ca-certificates
 
 need() {  # install a Debian package when its command is missing
@@ -58,10 +64,10 @@ marker="$SITE/.installed-$(printf '%s\n' "${WHEELS[@]}" | sha256sum | cut -c1-16
 if [[ ! -e "$marker" ]]; then
     echo "pip (host) aarch64 wheels ${WHEELS[*]} -> $SITE" >&2
     rm -rf "$SITE"
-    "$HOST_PYTHON" -m pip install --quiet --no-deps --target "$SITE" --only-binary=:all: \
+    PIP_ROOT_USER_ACTION=ignore "$HOST_PYTHON" -m pip install --quiet --no-deps --target "$SITE" --only-binary=:all: \
         --implementation cp --python-version 3.11 --abi cp311 \
         --platform manylinux_2_28_aarch64 --platform manylinux2014_aarch64 \
-        "${WHEELS[@]}"
+        "${WHEELS[@]}" 2> >(grep -v 'is ignored: it is neither' >&2)
     touch "$marker"
 fi
 
