@@ -38,6 +38,7 @@ aarch64)
     ;;
 nehalem)
     python=$root/bin/python
+    [[ -x $python ]] || python=$root/bin/python3  # a system prefix such as /usr
     [[ -x $python ]] || { echo "$0: no x86-64 venv at $root (expected $python)" >&2; exit 2; }
     cpu=${EMULATED_CPU:-Nehalem-v1}
     # Not the host's OPENBLAS_CORETYPE (this machine exports Haswell): numpy's OpenBLAS
