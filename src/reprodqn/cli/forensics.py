@@ -133,11 +133,28 @@ def _verify_folders(args) -> int:
         result = chains.rerun(args.folders[0], args.until, args.scratch, args.script)
         print(chains.rerun_summary(result))
         return 0 if result["identical"] else 1
+    if len(args.folders) == 1:
+        return _verify_bundle(args.folders[0], args.signer)
     if len(args.folders) != 2 or args.until is not None:
-        raise InputError("verify: expected two result folders (A B), or one with --until STEP")
+        raise InputError(
+            "verify: expected an unpacked bundle (verify BUNDLE), two result folders (A B), "
+            "or one with --until STEP"
+        )
     result = chains.compare(*args.folders)
     print(chains.summary(result))
     return 0 if result["identical"] else 1
+
+
+def _verify_bundle(directory: Path, signer: Path | None) -> int:
+    """`verify BUNDLE`: every link of one unpacked bundle that holds without training."""
+    import time
+
+    from reprodqn.forensics import bundle_check
+
+    started = time.perf_counter()
+    result = bundle_check.check(directory, signer)
+    print(bundle_check.summary(result, time.perf_counter() - started))
+    return 0 if result["ok"] else 1
 
 
 def cmd_gpu_check(args) -> int:
@@ -169,7 +186,16 @@ def _add_verify(sub) -> None:
         nargs="*",
         type=Path,
         metavar="FOLDER",
-        help="two result folders of any script that keeps reprodqn.exact's hash chain",
+        help="an unpacked bundle to check on its own (no training), or two result folders "
+        "of any script that keeps reprodqn.exact's hash chain",
+    )
+    p.add_argument(
+        "--signer",
+        type=Path,
+        default=None,
+        metavar="KEY",
+        help="with BUNDLE: the signer's OpenSSH public key (or an allowed_signers file) the "
+        "manifest's signature must verify against",
     )
     p.add_argument("--reference", type=Path, help="another workspace or an unpacked bundle")
     p.add_argument(

@@ -267,15 +267,13 @@ def _info(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
-def check_manifest(directory: Path) -> list[str]:
-    """Files of an unpacked bundle whose SHA-256 does not match its manifest, then files
-    under the folders verify reads that the manifest does not list; a line that is not
-    `SHA-256  relative/path` is one line naming it."""
-    directory = Path(directory)
-    manifest = directory / MANIFEST
+def read_manifest(directory: Path) -> dict[str, str]:
+    """An unpacked bundle's manifest, SHA-256 by name; a line that is not `SHA-256
+    relative/path` is one line naming it."""
+    manifest = Path(directory) / MANIFEST
     if not manifest.exists():
         raise InputError(f"{manifest}: not found (not an unpacked reprodqn bundle?)")
-    bad, listed = [], set()
+    listed = {}
     for number, line in enumerate(manifest.read_text().splitlines(), 1):
         if not line.strip():
             continue
@@ -289,14 +287,24 @@ def check_manifest(directory: Path) -> list[str]:
             raise InputError(
                 f"{manifest}: line {number} is not 'SHA-256  path inside the bundle' (corrupted?)"
             )
-        listed.add(name)
-        path = directory / name
-        if not path.is_file() or sha256_file(path) != digest:
-            bad.append(name)
+        listed[name] = digest
+    return listed
+
+
+def check_manifest(directory: Path) -> list[str]:
+    """Files of an unpacked bundle whose SHA-256 does not match its manifest, then files
+    under the folders verify reads that the manifest does not list."""
+    directory = Path(directory)
+    listed = read_manifest(directory)
+    bad = [
+        name
+        for name, digest in listed.items()
+        if not (directory / name).is_file() or sha256_file(directory / name) != digest
+    ]
     held = {  # where verify reads: a file there that no one listed would be compared unchecked
         path.relative_to(directory).as_posix()
         for folder in (workspace.RUNS, workspace.EVALUATIONS, workspace.RESULTS)
         for path in (directory / folder).rglob("*")
         if path.is_file() and "__pycache__" not in path.parts
     }
-    return bad + [f"{name} (not in the manifest)" for name in sorted(held - listed)]
+    return bad + [f"{name} (not in the manifest)" for name in sorted(held - set(listed))]
