@@ -61,3 +61,14 @@ def _name(path: Path, relative_to: Path | None) -> str:
         except ValueError:
             pass
     return str(path)
+
+
+def check_study(roots, study) -> int:
+    """check_run over every run of `study` (params.study) in each of the workspaces or
+    unpacked bundles `roots`; the checkpoints checked in all."""
+    return sum(
+        check_run(workspace.run_dir(Path(root) / workspace.RUNS, group, run))
+        for root in roots
+        for group in study.studied_groups()
+        for run in range(study.runs(group))
+    )

@@ -8,7 +8,7 @@ from pathlib import Path
 from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
 from reprodqn.core.errors import InputError
-from reprodqn.forensics import chains
+from reprodqn.forensics import chains, checkpoint_files
 from reprodqn.report.analysis import (
     RunResult,
     differs_by_design,
@@ -63,6 +63,7 @@ def verify(ours: Path, reference: Path, study) -> dict:
     chains.refuse_itself(ours, reference)
     mine = _trained(ours, study, "no trained runs to check", "run the study there first")
     theirs = _trained(reference, study, "no trained runs of this study", "a workspace or bundle")
+    checkpoints = checkpoint_files.check_study((ours, reference), study)  # files, not only chains
     first, compared, evaluated = None, 0, 0
     described: tuple[str, int] | None = None
     by_design = []  # runs whose chains differ, as designed: not a replication failure
@@ -92,6 +93,7 @@ def verify(ours: Path, reference: Path, study) -> dict:
         "identical": first is None,
         "runs_compared": compared,
         "checkpoints_evaluated_on_both": evaluated,
+        "checkpoint_files_checked": checkpoints,
         "first_divergence": first,
         "differ_by_design": by_design,
         "tally": tally,
@@ -178,6 +180,7 @@ def summary(result: dict) -> str:
                 if evaluated
                 else " (no checkpoint is evaluated on both sides: scores not compared)"
             )
+            + chains.files_checked(result)
         ]
     else:
         first = result["first_divergence"]
@@ -245,6 +248,7 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
     if until > config.train.steps:
         raise InputError(f"--until {until}: the run has only {config.train.steps} steps")
     reference_run = workspace.run_dir(reference / workspace.RUNS, group, run)
+    checkpoint_files.check_run(reference_run)  # what the reference ships, against its chain
     resume_dir = rerun.shipped_resume_point(reference, group, run, until)
     start = (0 if resume_dir is None else workspace.latest_resume_step(resume_dir)) or 0
     # two phases, as a training run: a rate measured while the replay fills promises an early end
