@@ -20,6 +20,7 @@ import yaml
 from reprodqn.core.digests import sha256_file
 from reprodqn.forensics import bundle_check
 from reprodqn.report import bundle
+from reprodqn.study import new_workspace
 from tests.helpers import ROOT, cli_env
 
 SMOKE = ROOT / "reference" / "smoke"
@@ -53,6 +54,7 @@ def smoke_bundle(tmp_path_factory) -> Path:
     study = shutil.copytree(SMOKE, base / "study", ignore=shutil.ignore_patterns(bundle.MANIFEST))
     shutil.copy(ROOT / "CITATION.cff", study / "CITATION.cff")
     write_init_checkpoints(study)
+    new_workspace.write_installed(study)  # as every stage of a `reprodqn init` workspace
     out = base / "dist" / "bundle.tar.gz"
     bundle.write(study, out, checkpoints=True)
     with tarfile.open(out) as tar:
@@ -216,3 +218,27 @@ def test_params_yaml_of_the_bundle_is_the_studys_own(smoke_bundle):
     assert shipped == yaml.safe_load((SMOKE / "params.yaml").read_text())
     digest = hashlib.sha256((smoke_bundle / "params.yaml").read_bytes()).hexdigest()
     assert bundle.read_manifest(smoke_bundle)["params.yaml"] == digest
+
+
+def test_dvc_repro_inside_the_bundle_deletes_nothing_and_says_what_to_run(copy):
+    """DVC deletes a stage's outputs before it runs the stage's command: in a bundle, the
+    command refused, but results/ had already lost its conditions and SBOM. The bundle's
+    pipeline is the workspace form (no src/ paths, which it does not ship) with every
+    output kept in place."""
+    for name in ("dvc.yaml", ".dvc/config"):
+        assert (copy / name).is_file()
+    pipeline = (copy / "dvc.yaml").read_text()
+    assert "src/" not in pipeline and "{cache: false}" not in pipeline
+    before = {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    dvc = Path(sys.executable).parent / "dvc"
+    done = subprocess.run(
+        [str(dvc), "repro"], cwd=copy, capture_output=True, text=True,
+        env=cli_env(DVC_NO_ANALYTICS="1"),
+    )  # fmt: skip
+    assert done.returncode != 0
+    refusal = [line for line in done.stderr.splitlines() if line.startswith("reprodqn: error")]
+    assert len(refusal) == 1 and "an unpacked bundle, whose files are the reference" in refusal[0]
+    assert "Check it with `reprodqn verify .`" in refusal[0]
+    after = {p: p.read_bytes() for p in copy.rglob("*") if p.is_file() and ".dvc" not in p.parts}
+    assert after == {p: data for p, data in before.items() if ".dvc" not in p.parts}
+    assert bundle_check.check(copy)["ok"]

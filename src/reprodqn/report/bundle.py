@@ -21,7 +21,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from reprodqn.core import run_lock, workspace
+from reprodqn.core import packaged, pipelines, run_lock, workspace
 from reprodqn.core.atomic import atomic_open
 from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
@@ -128,6 +128,7 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
     files = collect(root, checkpoints)
     contents: dict[str, bytes | None] = {f.as_posix(): None for f in files}  # None: on disk
     contents.update(installed_code(root))
+    contents.update(safe_pipelines(root, contents))
     contents[readme.NAME] = readme.text(root, is_checkout(root)).encode()
     # each file read for its hash once: the manifest and the crate share them (checkpoints
     # and resume points run to gigabytes)
@@ -171,6 +172,25 @@ def _write_archive(root: Path, out: Path, contents: dict[str, bytes | None]) -> 
                     tar.addfile(_info(f"{ROOT}/{name}", size), source)
             else:
                 tar.addfile(_info(f"{ROOT}/{name}", len(held)), io.BytesIO(held))
+
+
+PIPELINE_FILES = (("dvc.yaml", True), ("start_sequences/dvc.yaml", False))  # (name, root)
+DVC_FILES = ((".dvc/config", "dvc-config"), (".dvcignore", "dvcignore"))  # (name, package's)
+
+
+def safe_pipelines(root: Path, contents: dict[str, bytes | None]) -> dict[str, bytes]:
+    """The pipelines as a bundle ships them (core.pipelines.bundle_pipeline: no src/ paths,
+    every output kept, so `dvc repro` inside the unpacked bundle deletes nothing and its
+    first command says what to run instead), with DVC's config so that DVC runs there."""
+    shipped = {
+        name: pipelines.bundle_pipeline((root / name).read_text(), is_root).encode()
+        for name, is_root in PIPELINE_FILES
+        if name in contents
+    }
+    for name, packaged_name in DVC_FILES:
+        if name not in contents:
+            shipped[name] = packaged.data_path(packaged_name).read_bytes()
+    return shipped
 
 
 # a reference copy (reference/laptop/) holds the results and what made them, not the code:
