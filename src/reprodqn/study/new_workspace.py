@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reprodqn.core import packaged, workspace
-from reprodqn.core.pipelines import INSTALLED_RECORD, workspace_pipeline
+from reprodqn.core import packaged
 from reprodqn.core.atomic import atomic_open, write_json
 from reprodqn.core.errors import InputError
+from reprodqn.core.pipelines import INSTALLED_RECORD, workspace_pipeline
 
 # (the package's file, where it goes in the workspace)
 COPIED = (
