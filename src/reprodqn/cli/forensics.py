@@ -109,8 +109,18 @@ def cmd_verify(args) -> int:
         verify.check_bundle(args.reference)
         config = rerun.shipped_config(args.reference, group, run, args.params, args.overrides)
         isa.apply(config.compute.cpu_isa)  # the shipped run's floor, before torch loads
+        from reprodqn.config.params import load_params
+
+        evaluation = load_params(
+            rerun.shipped_params(args.reference, args.params), args.overrides
+        ).evaluation
         result = verify.spot_check(
-            args.reference, config, args.until, args.scratch / group / str(run)
+            args.reference,
+            config,
+            args.until,
+            args.scratch / group / str(run),
+            evaluation,
+            args.episodes,
         )
         print(verify.spot_check_summary(result))
         return 0 if result["identical"] else 1
@@ -216,6 +226,14 @@ def _add_verify(sub) -> None:
         default=None,
         metavar="STEP",
         help="with --rerun, or one result folder: the step to retrain to",
+    )
+    p.add_argument(
+        "--episodes",
+        type=int,
+        default=10,
+        metavar="K",
+        help="with --rerun: evaluation episodes of the last checkpoint retrained that are "
+        "replayed against the reference's eval.csv (default 10; 0: none)",
     )
     p.add_argument(
         "--scratch",

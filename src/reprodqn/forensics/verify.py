@@ -225,10 +225,13 @@ def _besides(result: dict, all_conditions: bool) -> list[str]:
     return lines
 
 
-def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
+def spot_check(
+    reference: Path, config, until: int, scratch: Path, evaluation=None, episodes: int = 0
+) -> dict:
     """Retrain one shipped run (its config from `rerun.shipped_config`) up to `until` here,
     from the resume point the reference ships for it if any, and compare the prefix of its
-    chains with the shipped ones."""
+    chains and process records with the shipped ones; with `evaluation` (params'), replay
+    `episodes` episodes of its last retrained checkpoint against the shipped eval.csv."""
     from reprodqn.core.progress import RunProgress
     from reprodqn.determinism import numerics
     from reprodqn.forensics import rerun
@@ -264,6 +267,9 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
         reference_run=reference_run,
     )
     result = rerun.compare_prefix(reference_run, Path(scratch), until, after=start or -1)
+    if evaluation is not None and result["identical"]:  # the weights are the reference's
+        played = rerun.replay_evaluation(reference, config, evaluation, scratch, until, episodes)
+        result.update(evaluation=played, identical=played is None or played["first"] is None)
     ours = read_json(Path(scratch) / workspace.CONDITIONS, "conditions record")
     theirs_path = reference_run / workspace.CONDITIONS
     theirs = read_json(theirs_path, "conditions record") if theirs_path.exists() else ours
@@ -275,17 +281,23 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
 
 def spot_check_summary(result: dict) -> str:
     """What verify --rerun prints."""
+    from reprodqn.forensics import rerun
+
     origin = (
         f"from the shipped resume point at step {result['from_step']}"
         if result["from_step"]
         else "from scratch"
     )
+    played = result.get("evaluation")
     if result["identical"]:
         lines = [
             f"verify: identical: {result['run']} retrained {origin} to step "
             f"{result['until']}; the {chains.plural(result['records_compared'], 'record')} "
-            "it computed (checkpoints and process logs) match the reference's"
+            "it computed (checkpoints and process logs, by value) match the reference's"
+            + rerun.replayed(played)
         ]
+    elif result.get("first") is None and played is not None:
+        lines = [rerun.replay_difference(result["run"], played)]
     else:
         first = result["first"]
         lines = [
