@@ -27,7 +27,7 @@ from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.core.packaged import package_files
 from reprodqn.determinism import provenance
-from reprodqn.report import citation, readme
+from reprodqn.report import citation, readme, signing
 
 PROJECT_FILES = (
     "README.md",
@@ -118,10 +118,11 @@ def collect(root: Path, checkpoints: bool) -> list[Path]:
     return sorted(f for f in files if (root / f).is_file())
 
 
-def write(root: Path, out: Path, checkpoints: bool) -> dict:
+def write(root: Path, out: Path, checkpoints: bool, sign: Path | None = None) -> dict:
     """The archive, and beside it the CITATION.cff and ro-crate-metadata.json it holds
     (what an archive such as Zenodo reads from an upload) and its own SHA-256 (OUT.sha256,
-    sha256sum's format)."""
+    sha256sum's format). With `sign` (an OpenSSH private key), the manifest is signed and
+    the key's public half shipped (report.signing)."""
     root, out = Path(root), Path(out)
     if out.is_dir():
         raise InputError(f"--out {out}: a directory; give the archive's path (e.g. {out}/x.tar.gz)")
@@ -129,6 +130,10 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
     contents: dict[str, bytes | None] = {f.as_posix(): None for f in files}  # None: on disk
     contents.update(installed_code(root))
     contents.update(safe_pipelines(root, contents))
+    for stale in (workspace.SIGNATURE, workspace.SIGNER):  # a workspace's: never its signature
+        contents.pop(stale, None)
+    if sign is not None:
+        contents[workspace.SIGNER] = signing.public_key(sign)  # who signs, itself signed
     contents[readme.NAME] = readme.text(root, is_checkout(root)).encode()
     # each file read for its hash once: the manifest and the crate share them (checkpoints
     # and resume points run to gigabytes)
@@ -136,7 +141,9 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
     described = metadata(root, contents, hashes)
     contents.update(described)
     hashes.update({name: sha256_bytes(data) for name, data in described.items()})
-    contents[MANIFEST] = manifest_text(hashes).encode()
+    manifest = contents[MANIFEST] = manifest_text(hashes).encode()
+    if sign is not None:
+        contents[workspace.SIGNATURE] = signing.sign(manifest, sign)
     try:
         _write_archive(root, out, contents)
         for name in METADATA:
@@ -152,13 +159,14 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
 
 def _write_archive(root: Path, out: Path, contents: dict[str, bytes | None]) -> None:
     """The tar.gz, streamed file by file (checkpoints and resume points run to gigabytes);
-    the manifest last, as sha256sum -c reads it."""
+    the manifest last, as sha256sum -c reads it, then its signature."""
     with (
         atomic_open(out, "wb") as handle,
         gzip.GzipFile(fileobj=handle, mode="wb", mtime=0, filename="") as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
-        for name in [*sorted(set(contents) - {MANIFEST}), MANIFEST]:
+        last = [name for name in (MANIFEST, workspace.SIGNATURE) if name in contents]
+        for name in [*sorted(set(contents) - set(last)), *last]:
             held = contents[name]
             if held is None:
                 try:
