@@ -25,9 +25,8 @@ from reprodqn.core import packaged, pipelines, run_lock, workspace
 from reprodqn.core.atomic import atomic_open
 from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
-from reprodqn.core.packaged import package_files
 from reprodqn.determinism import provenance
-from reprodqn.report import citation, readme, signing
+from reprodqn.report import citation, readme, signing, wheel
 
 PROJECT_FILES = (
     "README.md",
@@ -71,7 +70,7 @@ def is_checkout(root: Path) -> bool:
 
 def _tracked(root: Path) -> list[Path]:
     """Git-tracked project files when git knows them, else the project's own layout; in a
-    workspace, only its own files (its code is the installed package: installed_code)."""
+    workspace, only its own files (its code is the installed package: code_files)."""
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, timeout=20
@@ -128,7 +127,7 @@ def write(root: Path, out: Path, checkpoints: bool, sign: Path | None = None) ->
         raise InputError(f"--out {out}: a directory; give the archive's path (e.g. {out}/x.tar.gz)")
     files = collect(root, checkpoints)
     contents: dict[str, bytes | None] = {f.as_posix(): None for f in files}  # None: on disk
-    contents.update(installed_code(root))
+    contents.update(code_files(root, "requirements.lock" in contents))
     contents.update(safe_pipelines(root, contents))
     for stale in (workspace.SIGNATURE, workspace.SIGNER):  # a workspace's: never its signature
         contents.pop(stale, None)
@@ -249,15 +248,17 @@ def write_reference(root: Path, out: Path) -> dict:
     return {"files": len(files), "bytes": sum((out / f).stat().st_size for f in files)}
 
 
-INSTALLED_CODE = "code/reprodqn"  # a workspace's code: the installed package, as it ran
+INSTALLED_CODE = f"{wheel.CODE_DIR}/reprodqn"  # a workspace's code: the installed package
 
 
-def installed_code(root: Path) -> dict[str, bytes]:
-    """In a workspace (not a checkout), the installed package's files, so the archive holds
-    the code that made its results."""
+def code_files(root: Path, lock_shipped: bool) -> dict[str, bytes]:
+    """The package as a wheel (report.wheel), so a reader installs it from the archive;
+    in a workspace (not a checkout, whose code is its own src/) the wheel's contents too,
+    under code/, the code that made its results; and the lock where none is shipped."""
+    added = wheel.bundled(root, lock_shipped)
     if is_checkout(root):
-        return {}
-    return {f"{INSTALLED_CODE}/{name}": path.read_bytes() for name, path in package_files().items()}
+        return {name: data for name, data in added.items() if not name.startswith("code/")}
+    return added
 
 
 def metadata(
