@@ -142,3 +142,10 @@ def test_a_key_that_is_not_there_or_not_a_key_is_one_line(tmp_path):
     with pytest.raises(InputError, match=r"--sign .*garbage: not an OpenSSH private key"):
         bundle.write(SMOKE, tmp_path / "x.tar.gz", checkpoints=False, sign=tmp_path / "garbage")
     assert not (tmp_path / "x.tar.gz").exists()
+
+
+def test_signer_is_refused_where_no_bundle_is_checked(tmp_path, keys):
+    command = [sys.executable, "-m", "reprodqn.cli", "verify", "a", "b", "--signer", str(keys[0])]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=cli_env())
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "verify --signer: only with one unpacked bundle" in done.stderr

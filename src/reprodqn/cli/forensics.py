@@ -97,6 +97,8 @@ def cmd_verify(args) -> int:
 
     if args.folders:
         return _verify_folders(args)
+    if args.signer is not None:
+        raise InputError("verify --signer: only with one unpacked bundle (verify BUNDLE)")
     if args.reference is None:
         raise InputError("verify: expected --reference DIR, or two result folders: verify A B")
     if args.rerun is not None:
@@ -139,6 +141,8 @@ def _verify_folders(args) -> int:
 
     if args.reference is not None or args.rerun is not None:
         raise InputError("verify FOLDER...: result folders take no --reference or --rerun")
+    if args.signer is not None and (len(args.folders) != 1 or args.until is not None):
+        raise InputError("verify --signer: only with one unpacked bundle (verify BUNDLE)")
     if len(args.folders) == 1 and args.until is not None:
         result = chains.rerun(args.folders[0], args.until, args.scratch, args.script)
         print(chains.rerun_summary(result))

@@ -42,6 +42,7 @@ def check_bundle(reference: Path) -> None:
 
 NOT_TRAINED = "not trained here"  # the "chain" of a run the reference has and ours lacks
 NOT_IN_REFERENCE = "not trained in the reference"  # and of a run ours has and it lacks
+SCORES_ONLY = "scores differ, chains identical"  # an evaluation that is not what they play
 SETTINGS_FIRST = (
     "next: the settings below differ, among them some that change numbers, which alone "
     "part chains; train with the reference's (its params.yaml) before looking for the op"
@@ -67,7 +68,7 @@ def verify(ours: Path, reference: Path, study) -> dict:
     first, compared, evaluated = None, 0, 0
     described: tuple[str, int] | None = None
     by_design = []  # runs whose chains differ, as designed: not a replication failure
-    tally = dict.fromkeys(("identical", "parted", NOT_TRAINED, NOT_IN_REFERENCE), 0)
+    tally = dict.fromkeys(("identical", "parted", SCORES_ONLY, NOT_TRAINED, NOT_IN_REFERENCE), 0)
     for group in mine:
         for a, b in zip(mine[group], theirs[group], strict=True):
             if not a.hashes and not b.hashes:
@@ -77,6 +78,9 @@ def verify(ours: Path, reference: Path, study) -> dict:
                 by_design.append(f"{group}/{a.run}")
                 continue
             compared += 1
+            if found is not None and found["chain"] == "evaluation":
+                if chains.first_difference(a.hashes, b.hashes) is None:
+                    found["chain"] = SCORES_ONLY  # the same weights, other scores
             verdict = "identical" if found is None else found["chain"]
             tally[verdict if verdict in tally else "parted"] += 1
             evaluated += len(set(a.scores) & set(b.scores))
@@ -185,11 +189,16 @@ def summary(result: dict) -> str:
     else:
         first = result["first_divergence"]
         counts = [f"{n} {verdict}" for verdict, n in result.get("tally", {}).items() if n]
-        lines = [f"verify: DIFFERENT: {_where(first)}", _isa_line(result)]
-        lines.insert(1, f"of {chains.plural(result['runs_compared'], 'run')}: {', '.join(counts)}")
+        lines = [
+            f"verify: DIFFERENT: {_where(first)}",
+            f"of {chains.plural(result['runs_compared'], 'run')}: {', '.join(counts)}",
+            *_isa_line(result),
+        ]
         if result.get("digests_differ"):
             lines.append(SETTINGS_FIRST)
-        elif first["chain"] not in (NOT_TRAINED, NOT_IN_REFERENCE, "length", "step", "evaluation"):
+        elif first["chain"] not in (
+            *(NOT_TRAINED, NOT_IN_REFERENCE, SCORES_ONLY, "length", "step", "evaluation"),
+        ):
             lines.append(NEXT)
     return "\n".join(lines + _besides(result, all_conditions=True))
 
@@ -198,6 +207,12 @@ def _where(d: dict) -> str:
     run = f"{d['group']}/{d['run']}"
     if d["chain"] in (NOT_TRAINED, NOT_IN_REFERENCE):
         return f"{run} is {d['chain']} (the other side has it)"
+    if d["chain"] == SCORES_ONLY:
+        return (
+            f"{run} has the same weights and losses on both sides, but its eval.csv scores "
+            f"differ at checkpoint step {d['step']} (one side's evaluation is not what these "
+            "weights play: evaluated otherwise, or edited)"
+        )
     where = chains.where(run, d, d["chain"].split(", "))
     if "process" in d:
         first, last = d["process"]["updates"]
@@ -205,9 +220,12 @@ def _where(d: dict) -> str:
     return where
 
 
-def _isa_line(result: dict) -> str:
+def _isa_line(result: dict) -> list[str]:
+    """Each side's CPU instruction set, where they differ (none where they match)."""
     isa = result["cpu_isa"]
-    return f"CPU instruction set: ours {isa['ours']}; reference {isa['reference']}"
+    if isa["ours"] == isa["reference"]:
+        return []
+    return [f"CPU instruction set: ours {isa['ours']}; reference {isa['reference']}"]
 
 
 def _besides(result: dict, all_conditions: bool) -> list[str]:
@@ -304,7 +322,7 @@ def spot_check_summary(result: dict) -> str:
             f"verify: DIFFERENT: {result['run']} retrained {origin} leaves the "
             f"reference at step {first['step']} ({first['file']}: "
             f"{', '.join(first['fields'])})",
-            _isa_line(result),
+            *_isa_line(result),
             NEXT,
         ]
     return "\n".join(lines + _besides(result, all_conditions=False))
