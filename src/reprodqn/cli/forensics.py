@@ -192,7 +192,8 @@ def _add_verify(sub) -> None:
     p = _stage(
         sub,
         "verify",
-        "compare this workspace's runs with another copy, or any two result folders",
+        "compare this workspace's runs with another copy or any two result folders, "
+        "or check an unpacked bundle on its own",
         cmd_verify,
     )
     p.add_argument(
@@ -202,14 +203,6 @@ def _add_verify(sub) -> None:
         metavar="FOLDER",
         help="an unpacked bundle to check on its own (no training), or two result folders "
         "of any script that keeps reprodqn.exact's hash chain",
-    )
-    p.add_argument(
-        "--signer",
-        type=Path,
-        default=None,
-        metavar="KEY",
-        help="with BUNDLE: the signer's OpenSSH public key (or an allowed_signers file) the "
-        "manifest's signature must verify against",
     )
     p.add_argument("--reference", type=Path, help="another workspace or an unpacked bundle")
     p.add_argument(
@@ -231,6 +224,30 @@ def _add_verify(sub) -> None:
         metavar="STEP",
         help="with --rerun, or one result folder: the step to retrain to",
     )
+    _add_verify_options(p)
+    p = _stage(
+        sub,
+        "resume-point",
+        "retrain a finished run to STEP and keep the resume "
+        "point there for the bundle (make bundle RESUME=STEP)",
+        cmd_resume_point,
+    )
+    p.add_argument("run", metavar="GROUP/RUN")
+    p.add_argument("--step", type=int, required=True)
+    p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
+    p.add_argument("--out-dir", type=Path, default=workspace.RESUME_POINTS)
+
+
+def _add_verify_options(p) -> None:
+    """verify BUNDLE's --signer, --rerun's --episodes and --scratch, and --script."""
+    p.add_argument(
+        "--signer",
+        type=Path,
+        default=None,
+        metavar="KEY",
+        help="with BUNDLE: the signer's OpenSSH public key (or an allowed_signers file) the "
+        "manifest's signature must verify against",
+    )
     p.add_argument(
         "--episodes",
         type=int,
@@ -239,6 +256,7 @@ def _add_verify(sub) -> None:
         help="with --rerun: evaluation episodes of the last checkpoint retrained that are "
         "replayed against the reference's eval.csv (default 10; 0: none)",
     )
+
     p.add_argument(
         "--scratch",
         type=Path,
@@ -252,17 +270,6 @@ def _add_verify(sub) -> None:
         help="with one result folder: the script that wrote it, where its recorded path "
         "is not this machine's",
     )
-    p = _stage(
-        sub,
-        "resume-point",
-        "retrain a finished run to STEP and keep the resume "
-        "point there for the bundle (make bundle RESUME=STEP)",
-        cmd_resume_point,
-    )
-    p.add_argument("run", metavar="GROUP/RUN")
-    p.add_argument("--step", type=int, required=True)
-    p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
-    p.add_argument("--out-dir", type=Path, default=workspace.RESUME_POINTS)
 
 
 def _add_trace(sub) -> None:

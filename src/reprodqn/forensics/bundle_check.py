@@ -149,8 +149,8 @@ def _load_params(directory: Path):
 
 
 def _params(directory: Path, params) -> str:
-    """params.yaml -> each run's config digest -> its config.json's digest and config, and
-    each evaluation's checkpoints -> its run's chain."""
+    """params.yaml -> each run's config digest -> the digest its config.json records ->
+    the digest of the config it records."""
     from reprodqn.config.params import RunConfig, resolve_run
 
     runs = 0
@@ -184,13 +184,16 @@ def _params(directory: Path, params) -> str:
                     + _differing(expected.model_dump(mode="json"), recorded.get("config")),
                 )
             runs += 1
-    return f"params.yaml gives each of the {plural(runs, 'run')} the digest its config.json records"
+    return (
+        f"params.yaml gives each of the {plural(runs, 'run')} the digest its "
+        f"{workspace.RUN_CONFIG} records"
+    )
 
 
 def _differing(ours: dict, recorded) -> str:
     from reprodqn.determinism.provenance import differing_values
 
-    found = differing_values(ours, recorded or {}, ("params.yaml", "config.json"))
+    found = differing_values(ours, recorded or {}, ("params.yaml", workspace.RUN_CONFIG))
     wanted = [line for line in found if not line.startswith("compute.")] or found
     return f": {'; '.join(wanted[:3])}" if wanted else ""
 

@@ -119,6 +119,47 @@ def _rerun_lines(root: Path) -> str:
     )
 
 
+# what the page says besides what the bundle gives it
+COMPARED = """\
+`verify --reference` compares every run's hash chains (the weights and every loss), the
+checkpoint files it finds and the scores both sides evaluated: identical, or the first
+run and checkpoint where they part, with the settings and conditions that differ. Runs
+that differ by design (the gpu group's on a CPU) are named and not counted.
+
+## 4. Check one run, without the whole study
+
+```sh
+reprodqn verify --reference ../reprodqn-bundle --rerun deterministic/0 --until STEP
+```
+
+"""
+SPOT_CHECK = """\
+It retrains the run here to STEP and compares its checkpoints' chains
+and every `process.jsonl` record up to STEP by value (losses, epsilon, scores), then
+replays `--episodes K` (default 10) evaluation episodes of its last checkpoint against
+`eval.csv`. It checks that one run to STEP, not the others, nor the steps after it."""
+CHECKS = """\
+## 1. What `verify reprodqn-bundle` checks
+
+Each link, in order; the first that fails is named in one line (exit 1):
+
+- **manifest**: every file has its SHA-256, and no unlisted file sits where verify reads;
+- **signature**: `MANIFEST.sha256.sig` signs the manifest, by the key `--signer` gives
+  (`SIGNER.pub` names who signed); an unsigned bundle is said to be unsigned;
+- **crate**: the RO-Crate lists the manifest's files with the same SHA-256s;
+- **params**: `params.yaml` gives every run the config digest its `config.json` records;
+- **checkpoints**: each shipped checkpoint holds the weights its chain records;
+- **report**: Table 1, the curves, the variance tests, the verdict and the pages, rebuilt
+  from the runs' records and `eval.csv` files, equal the shipped ones.
+
+It does not check that training computes these chains and evaluation these scores: a
+bundle whose every file was remade to agree is consistent. Steps 3 and 4 check that.
+Without reprodqn, `(cd reprodqn-bundle && sha256sum -c MANIFEST.sha256)` checks the listed
+files only.
+
+"""
+
+
 def text(root: Path, checkout: bool) -> str:
     """The page for the bundle of `root` (a checkout of reprodqn, or a workspace that ran
     the installed package)."""
@@ -144,25 +185,7 @@ package as a wheel (`wheels/`) with the lock it ran under (`requirements.lock`),
 SHA-256 of every file (`MANIFEST.sha256`). `CITATION.cff` says what to cite;
 `ro-crate-metadata.json` says what each file is.
 
-## 1. What `verify reprodqn-bundle` checks
-
-Each link, in order; the first that fails is named in one line (exit 1):
-
-- **manifest**: every file has its SHA-256, and no unlisted file sits where verify reads;
-- **signature**: `MANIFEST.sha256.sig` signs the manifest, by the key `--signer` gives
-  (`SIGNER.pub` names who signed); an unsigned bundle is said to be unsigned;
-- **crate**: the RO-Crate lists the manifest's files with the same SHA-256s;
-- **params**: `params.yaml` gives every run the config digest its `config.json` records;
-- **checkpoints**: each shipped checkpoint holds the weights its chain records;
-- **report**: Table 1, the curves, the variance tests, the verdict and the pages, rebuilt
-  from the runs' records and `eval.csv` files, equal the shipped ones.
-
-It does not check that training computes these chains and evaluation these scores: a
-bundle whose every file was remade to agree is consistent. Steps 3 and 4 check that.
-Without reprodqn, `(cd reprodqn-bundle && sha256sum -c MANIFEST.sha256)` checks the listed
-files only.
-
-## 2. Install, from this archive
+{CHECKS}## 2. Install, from this archive
 
 In a new folder beside `reprodqn-bundle/`, not in it (its runs are finished, and the
 commands that write results refuse to run inside it):
@@ -184,19 +207,4 @@ reprodqn verify --reference ../reprodqn-bundle
 
 {_time_line(root)}
 
-`verify --reference` compares every run's hash chains (the weights and every loss), the
-checkpoint files it finds and the scores both sides evaluated: identical, or the first
-run and checkpoint where they part, with the settings and conditions that differ. Runs
-that differ by design (the gpu group's on a CPU) are named and not counted.
-
-## 4. Check one run, without the whole study
-
-```sh
-reprodqn verify --reference ../reprodqn-bundle --rerun deterministic/0 --until STEP
-```
-
-{_rerun_lines(root)} It retrains the run here to STEP and compares its checkpoints' chains
-and every `process.jsonl` record up to STEP by value (losses, epsilon, scores), then
-replays `--episodes K` (default 10) evaluation episodes of its last checkpoint against
-`eval.csv`. It checks that one run to STEP, not the others, nor the steps after it.
-"""
+{COMPARED}{_rerun_lines(root)} {SPOT_CHECK}"""
