@@ -24,7 +24,11 @@ WHEEL_DIR = "wheels"  # the wheel itself, in the bundle
 CODE_DIR = "code"  # the wheel's contents, unpacked, for a reader to browse
 TAG = "py3-none-any"
 STAMP = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip can hold: every entry the same
-LEFT_OUT = ("torch", "triton", "nvidia-", "cuda-")  # REPLICATE.md installs torch first
+# torch's own distributions: REPLICATE.md installs torch by its pin first (the build, CPU
+# or CUDA, is the reader's machine's); NVIDIA's management library is not one of them
+TORCH_OWN = ("torch", "triton")
+TORCH_OWN_PREFIXES = ("cuda-", "nvidia-")
+KEPT = ("nvidia-ml-py",)
 
 
 def package_tree() -> dict[str, bytes]:
@@ -94,7 +98,8 @@ def installed_lock() -> str:
     pins = {}
     for distribution in importlib.metadata.distributions():
         name = (distribution.metadata["Name"] or "").lower()
-        if name and name != "reprodqn" and not name.startswith(LEFT_OUT):
+        torch_own = name in TORCH_OWN or (name.startswith(TORCH_OWN_PREFIXES) and name not in KEPT)
+        if name and name != "reprodqn" and not torch_own:
             pins[name] = distribution.version.split("+")[0]
     header = (
         "# The distributions the study ran with (the bundling environment's), for\n"
