@@ -208,7 +208,9 @@ def test_a_workspace_bundle_replicates_as_its_replicate_md_says(venv, tmp_path):
     with tarfile.open(study / "dist" / "b.tar.gz") as tar:
         tar.extractall(tmp_path / "reader", filter="data")
     page = (tmp_path / "reader" / "reprodqn-bundle" / "REPLICATE.md").read_text()
-    assert "pip install reprodqn==" in page  # the fresh venv holds it already
+    assert "pip install --no-deps reprodqn-bundle/wheels/reprodqn-" in page  # held already
+    checked = run_in(tmp_path / "reader", ["reprodqn", "verify", "reprodqn-bundle"], env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr  # the page's first step
     steps = [
         ["reprodqn", "init", "replication"],
         ["cp", "reprodqn-bundle/params.yaml", "replication/"],

@@ -19,6 +19,7 @@ from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
 from reprodqn.determinism.provenance import differing_values, fingerprint_fields
+from reprodqn.forensics.checkpoint_files import check_runs
 
 CHAIN_FIELDS = {key: name for name, key in workspace.CHAINS.items()} | {"updates": "updates"}
 
@@ -82,6 +83,7 @@ def compare(ours: str | Path, reference: str | Path) -> dict:
             f"against {', '.join(sorted(theirs))})"
         )
     first = None
+    checked = check_runs([*(mine[n] for n in shared), *(theirs[n] for n in shared)])  # files too
     for name in shared:
         found = first_difference(
             workspace.read_hashes(mine[name]), workspace.read_hashes(theirs[name])
@@ -93,6 +95,7 @@ def compare(ours: str | Path, reference: str | Path) -> dict:
     return {
         "identical": first is None and set(mine) == set(theirs),
         "runs_compared": len(shared),
+        "checkpoint_files_checked": checked,
         "first_divergence": first,
         "only_ours": sorted(set(mine) - set(theirs)),
         "only_reference": sorted(set(theirs) - set(mine)),
@@ -235,7 +238,10 @@ def summary(result: dict) -> str:
     """What `reprodqn verify A B` prints."""
     first, runs = result["first_divergence"], plural(result["runs_compared"], "run")
     if result["identical"]:
-        lines = [f"verify: identical: {runs}, every checkpoint's weights and loss chain"]
+        lines = [
+            f"verify: identical: {runs}, every checkpoint's weights and loss chain"
+            + files_checked(result)
+        ]
     elif first is None:
         lines = [f"verify: DIFFERENT: the {runs} on both sides match; not every run is on both"]
     else:
@@ -244,6 +250,12 @@ def summary(result: dict) -> str:
         if result[f"only_{side}"]:
             lines.append(f"only in {side}: {', '.join(result[f'only_{side}'])}")
     return "\n".join(lines + differing_lines(result))
+
+
+def files_checked(result: dict) -> str:
+    """The checkpoint files verify read, each against its chain line (none: nothing)."""
+    count = result.get("checkpoint_files_checked", 0)
+    return f", and {plural(count, 'checkpoint file')} against their chains" if count else ""
 
 
 def where(run: str, found: dict, fields: list[str]) -> str:
