@@ -46,9 +46,24 @@ def runs(root: Path) -> dict[str, Path]:
     return found
 
 
+def numerics_of(lines: list[dict]) -> str:
+    """The numerics a chain was computed in: its lines' mark (universal and the spec's
+    version), or standard, which writes none."""
+    first = lines[0] if lines else {}
+    mode = first.get("numerics", "standard")
+    return mode if mode == "standard" else f"{mode} (spec {first.get('numerics_spec')})"
+
+
 def first_difference(ours: list[dict], theirs: list[dict]) -> dict | None:
     """The first checkpoint where two chains part (which records differ there), or where
-    one stops and the other goes on; None when they are the same."""
+    one stops and the other goes on; None when they are the same. Chains of different
+    numerics are refused: they compute other operations, never the same chain."""
+    mine, reference = numerics_of(ours), numerics_of(theirs)
+    if ours and theirs and mine != reference:
+        raise InputError(
+            f"the chains were computed in different numerics (ours {mine}, reference "
+            f"{reference}): never alike; train with the reference's compute.numerics"
+        )
     last_shared = None
     for a, b in zip_longest(ours, theirs):
         if a is None or b is None:
