@@ -7,6 +7,8 @@ the probe's record names each machine, torch version and emulated CPU that gave 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +105,28 @@ def test_the_probe_gives_its_golden_hash():
     record = json.loads(PROBE.read_text())
     ours = probe(record["updates"], threads=2)
     assert (ours["sha256"], ours["greedy"]) == (record["sha256"], record["greedy"])
+
+
+EMULATED = {  # target: the root whose Python runs there (tools/emulated/)
+    "nehalem": Path(sys.prefix),
+    "aarch64": Path(os.environ.get("REPRODQN_ARM64_ROOT", "/work/emu-root/arm64")),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.emulated
+@pytest.mark.parametrize("target", EMULATED)
+def test_an_emulated_cpu_gives_the_golden_probe(target):
+    """qemu's Nehalem (SSE4.2, no AVX or FMA: libm's fmaf) and its aarch64 (NEON, with
+    torch 2.9.1): minutes each. The arm64 root comes from tools/emulated/arm64_root.sh."""
+    root = EMULATED[target]
+    if not shutil.which(f"qemu-{'aarch64' if target == 'aarch64' else 'x86_64'}-static"):
+        pytest.skip("no qemu-user-static")
+    if target == "aarch64" and not (root / "usr/bin/python3.11").exists():
+        pytest.skip(f"no arm64 root at {root} (tools/emulated/arm64_root.sh makes it)")
+    command = ["bash", "tools/emulated/run.sh", target, str(root), "--", "python"]
+    command += ["tools/universal_probe.py"]
+    shown = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    ours, golden = json.loads(shown.stdout.splitlines()[-1]), json.loads(PROBE.read_text())
+    assert (ours["sha256"], ours["greedy"]) == (golden["sha256"], golden["greedy"]), ours

@@ -18,57 +18,54 @@ Any op they do not cover is refused inside `strict()`, in one line naming it.
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+import importlib
+from typing import Any
 
-from reprodqn.universal import cpu
-from reprodqn.universal.guard import UniversalOnly as strict
-from reprodqn.universal.layers import (
-    Conv2d,
-    Linear,
-    NumericsError,
-    ReLU,
-    check_supported,
-    init_uniform_,
-    scale_frames,
-)
-from reprodqn.universal.learning import greedy_actions, max_q, q_loss, regression_loss
-from reprodqn.universal.optim import Adam, CenteredRMSprop, RMSprop
-from reprodqn.universal.record import universal_record as record
-from reprodqn.universal.reference import SPEC_VERSION
+# where each public name lives; loaded on first use, so importing reprodqn.exact (which
+# offers this module) before `import torch` loads no torch (the CPU floor must come first)
+WHERE = {
+    "Conv2d": "layers",
+    "Linear": "layers",
+    "ReLU": "layers",
+    "check_supported": "layers",
+    "init_uniform_": "layers",
+    "scale_frames": "layers",
+    "NumericsError": "errors",
+    "greedy_actions": "learning",
+    "max_q": "learning",
+    "q_loss": "learning",
+    "regression_loss": "learning",
+    "Adam": "optim",
+    "CenteredRMSprop": "optim",
+    "RMSprop": "optim",
+    "SPEC_VERSION": "reference",
+    "strict": "guard",
+    "record": "record",
+}
+RENAMED = {"strict": "UniversalOnly", "record": "universal_record"}
+__all__ = sorted([*WHERE, "configure", "init_"])
 
-__all__ = [
-    "SPEC_VERSION",
-    "Adam",
-    "CenteredRMSprop",
-    "Conv2d",
-    "Linear",
-    "NumericsError",
-    "RMSprop",
-    "ReLU",
-    "check_supported",
-    "configure",
-    "greedy_actions",
-    "init_",
-    "init_uniform_",
-    "max_q",
-    "q_loss",
-    "record",
-    "regression_loss",
-    "scale_frames",
-    "strict",
-]
+
+def __getattr__(name: str) -> Any:
+    if name not in WHERE:
+        raise AttributeError(f"reprodqn.exact.universal has no {name!r}")
+    module = importlib.import_module(f"reprodqn.universal.{WHERE[name]}")
+    return getattr(module, RENAMED.get(name, name))
 
 
 def configure(threads: int = 1) -> dict:
     """The backend's threads (they split outputs, never a sum) and the check that denormals
     are kept; returns the record to keep beside the run's conditions."""
+    from reprodqn.universal import cpu
+
     return cpu.configure(threads)
 
 
-def init_(module: nn.Module, generator: torch.Generator) -> None:
+def init_(module, generator) -> None:
     """Every universal layer's weight and bias U(-b, b), b = 1/sqrt(fan_in) (torch's default
     scheme), in module order, from `generator` alone, in the spec's arithmetic."""
+    from reprodqn.universal.layers import Conv2d, Linear, check_supported, init_uniform_
+
     check_supported(module)
     for layer in module.modules():
         if isinstance(layer, Conv2d | Linear):
