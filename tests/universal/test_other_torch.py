@@ -1,6 +1,7 @@
-"""The universal probe under a second torch version, in its own venv: torch 2.11.0, whose
-oneDNN parts the standard chain from the lock's 2.13.0, must give the probe's golden hash.
-The venv is built by tools/other_torch/build.sh (CI does, before `pytest -m other_torch`)."""
+"""The universal golden chain and probe under a second torch version, in its own venv:
+torch 2.11.0, whose oneDNN parts the standard chain from the lock's 2.13.0, must give the
+tiny training run's golden chain (the game included) and the probe's golden hash. The
+venv is built by tools/other_torch/build.sh (CI does, before `pytest -m other_torch`)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,21 @@ def test_the_probe_gives_its_golden_hash_under_another_torch():
 
     assert ours["torch"].split("+")[0] != torch.__version__.split("+")[0]
     assert (ours["sha256"], ours["greedy"]) == (golden["sha256"], golden["greedy"]), ours["torch"]
+
+
+@pytest.mark.other_torch
+def test_the_tiny_universal_run_gives_the_golden_chain_under_another_torch(tmp_path):
+    from tests.universal.test_universal_chain import CHAIN, OVERRIDES
+
+    python = VENV / "bin" / "python"
+    assert python.exists(), f"no venv at {VENV}: run tools/other_torch/build.sh {VENV}"
+    argv = [str(python), "-m", "reprodqn.cli", "train", "--group", "deterministic", "--run", "0"]
+    argv += ["--params", str(ROOT / "params.yaml"), "--runs-dir", str(tmp_path)]
+    for item in OVERRIDES:
+        argv += ["--set", item]
+    environment = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONHASHSEED": "0"}
+    subprocess.run(argv, check=True, capture_output=True, env=environment, cwd=tmp_path)
+    conditions = json.loads((tmp_path / "deterministic/0/conditions.json").read_text())
+    assert conditions["packages"]["torch"].startswith("2.11")
+    ours = (tmp_path / "deterministic" / "0" / "hashes.jsonl").read_text().splitlines()
+    assert ours == CHAIN.read_text().splitlines()

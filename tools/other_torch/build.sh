@@ -10,7 +10,7 @@ set -euo pipefail
 venv=${1:-build/torch-2.11}
 version=${2:-2.11.0}
 here=$(cd "$(dirname "$0")" && pwd)
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import torch, numba" 2>/dev/null; then
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import torch, numba, ale_py" 2>/dev/null; then
   exit 0
 fi
 rm -rf "$venv"
@@ -20,6 +20,9 @@ pip=("$venv/bin/python" -m pip install -q --no-cache-dir)
 PIP_CONSTRAINT= "${pip[@]}" --no-deps "torch==$version"
 "${pip[@]}" filelock fsspec jinja2 networkx sympy typing-extensions 'setuptools>=77,<82' \
   'numpy>=2.0,<2.6' 'numba>=0.68,<0.69'
+# what `reprodqn train` needs besides (the tiny universal chain runs with the game)
+"${pip[@]}" 'ale-py==0.12.1' 'opencv-python-headless>=4.8' 'pydantic>=2.6,<3' 'pyyaml>=6' \
+  'safetensors>=0.4' 'gymnasium>=1.0,<2'
 "${pip[@]}" --no-deps nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
 "$venv/bin/python" "$here/make_cuda_stubs.py"
 "$venv/bin/python" -c "import torch; print('torch', torch.__version__, 'ready in', '$venv')"
