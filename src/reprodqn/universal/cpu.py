@@ -185,7 +185,12 @@ def _elementwise() -> dict:
 
 @functools.cache
 def kernels() -> SimpleNamespace:
-    """The compiled kernels (numba imported and compiled on first use, cached on disk)."""
+    """The compiled kernels (numba imported and compiled on first use, cached on disk),
+    with as many threads as torch was given (an evaluation worker's, say) until
+    `set_threads` says otherwise: threads change speed only."""
+    import torch
+
+    set_threads(torch.get_num_threads())
     col2im, im2col = _windows()
     return SimpleNamespace(fma32=fma32(), col2im=col2im, im2col=im2col, **_sums(), **_elementwise())
 
