@@ -3,6 +3,8 @@ cached transposed weight refreshed by a step."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -65,3 +67,25 @@ def test_a_step_refreshes_the_cached_transposed_weight():
     optimizer.step()
     w, b = layer.weight.detach().numpy(), layer.bias.detach().numpy()
     assert same(layer(x).detach().numpy(), ref.linear(x.numpy(), w, b))
+
+
+def test_adam_resumed_from_its_state_dict_keeps_its_binary64_powers():
+    """torch's loader would cast them to float32, and the resumed run would part."""
+    rng = np.random.default_rng(5)
+    params = [torch.nn.Parameter(torch.from_numpy(rng.standard_normal(7).astype(f32)))]
+    optimizer = optim.Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+    for _ in range(3):
+        params[0].grad = torch.from_numpy(rng.standard_normal(7).astype(f32))
+        optimizer.step()
+    saved = copy.deepcopy(optimizer.state_dict())  # as a resume point holds it: a copy
+    twin = [torch.nn.Parameter(params[0].detach().clone())]
+    resumed = optim.Adam(twin, lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+    resumed.load_state_dict(saved)
+    state = resumed.state[twin[0]]
+    assert state["beta2_power"].dtype == torch.float64
+    assert float(state["beta2_power"]) == 0.999**3 and float(state["beta1_power"]) == 0.9**3
+    grad = torch.from_numpy(rng.standard_normal(7).astype(f32))
+    params[0].grad, twin[0].grad = grad.clone(), grad.clone()
+    optimizer.step()
+    resumed.step()
+    assert same(params[0].detach().numpy(), twin[0].detach().numpy())

@@ -141,6 +141,18 @@ class Adam(_Universal):
     def __init__(self, params, lr: float, betas: tuple[float, float], eps: float):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps})
 
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch's loader casts every state tensor but `step` to the parameter's dtype: the
+        binary64 powers are put back as they were saved."""
+        powers = {
+            index: {name: value.clone() for name, value in slot.items() if name.endswith("_power")}
+            for index, slot in state_dict["state"].items()
+        }
+        super().load_state_dict(state_dict)
+        params = [p for group in self.param_groups for p in group["params"]]
+        for index, saved in powers.items():
+            self.state[params[int(index)]].update(saved)
+
     def _update(self, group, param, state):
         beta1, beta2 = group["betas"]
         for name, beta in (("beta1_power", beta1), ("beta2_power", beta2)):
