@@ -12,7 +12,6 @@ the chain an uninterrupted run ends with.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -93,8 +92,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except exact.InputError as error:  # bad input: one line, no traceback
-        print(f"train.py: {error}", file=sys.stderr)
-        sys.exit(2)
+    exact.main(main)  # a refusal of exact: one line on stderr, exit 2
