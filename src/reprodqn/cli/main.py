@@ -372,6 +372,16 @@ def _run(args) -> int:
     except MachineError as exc:
         print(f"reprodqn: machine error: {exc}", file=sys.stderr)
         return 3
+    except ModuleNotFoundError as exc:  # the light install: the study's stack is an extra
+        missing = (exc.name or "").split(".")[0]
+        if missing in ("", "reprodqn"):
+            raise
+        print(
+            f"reprodqn: error: {args.command} needs {missing}, which is not installed: "
+            "the study's commands need pip install 'reprodqn[study]'",
+            file=sys.stderr,
+        )
+        return 2
     except Exception as exc:  # a full disk met outside a stage's own handling (MLflow's)
         found = storage.describe(
             exc, args.command, Path.cwd(), "every file already written is complete"
