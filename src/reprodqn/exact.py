@@ -15,7 +15,10 @@ A training script that uses these five pieces gets what reprodqn's own DQN has, 
   with its SBOM, and the numerics settings applied.
 
 For `reprodqn evaluate-policy`, `save_policy()` writes the trained policy as TorchScript,
-the same bytes in every process.
+the same bytes in every process; `GymEnv(env)` puts a Gymnasium env in a resume point;
+`main(fn)` gives this library's refusals as one line and exit 2. A resume that would not
+be exact (a second process, other settings, other parts, a global generator's draw) is
+refused in one line before anything is written.
 
 What it cannot control: GPU kernels that have no deterministic version (torch raises),
 another torch build or another CPU floor (the conditions record names them; `verify`
