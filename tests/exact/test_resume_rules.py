@@ -111,13 +111,28 @@ def test_a_resume_with_other_process_settings_is_refused_naming_both_values(
     assert conditions["numerics"]["cpu_isa"] == began.cpu_isa  # the run's first segment
 
 
-def test_a_resume_on_another_device_is_refused(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "recorded, named",
+    [
+        ({"device": "cuda:0"}, 'device (began with "cuda", this process has "cpu")'),
+        (
+            {"numerics": {"numerics": "universal", "numerics_spec": "1"}},
+            'numerics (began with "universal", this process has "standard")',
+        ),
+    ],
+)
+def test_a_resume_on_another_device_or_numerics_mode_is_refused(
+    tmp_path, monkeypatch, recorded, named
+):
     run = tmp_path / "run"
     parts = _begin(run, monkeypatch)
     conditions = json.loads((run / "conditions.json").read_text())
-    (run / "conditions.json").write_text(json.dumps({**conditions, "device": "cuda:0"}))
-    with pytest.raises(InputError, match=r'device \(began with "cuda", this process has "cpu"\)'):
+    for key, value in recorded.items():
+        conditions[key] = {**conditions[key], **value} if isinstance(value, dict) else value
+    (run / "conditions.json").write_text(json.dumps(conditions))
+    with pytest.raises(InputError, match="with other process settings") as refused:
         _resume(run, monkeypatch, _process(), parts)
+    assert named in str(refused.value)
 
 
 def test_another_torch_is_refused_unless_forced_and_then_recorded_per_segment(

@@ -163,14 +163,15 @@ def _check_same_run(directory: Path, theirs: dict, config: dict, digest: str, sc
 
 
 def process_settings(conditions: dict) -> dict:
-    """What the process chose that changes numbers: never other on a resume."""
-    fields = provenance.fingerprint_fields(conditions)
-    return {
-        "device": fields["device"],
-        "cpu floor": fields["cpu_isa"],
-        "threads": fields["torch_threads"],
-        "numerics": conditions["numerics"].get("mode", "standard"),
-    }
+    """What the process chose that changes numbers: never other on a resume. In the
+    universal numerics the device, the CPU floor and the threads change no number."""
+    numerics = conditions["numerics"]
+    settings = {"numerics": numerics.get("numerics", "standard")}
+    if settings["numerics"] != "universal":
+        settings["device"] = conditions["device"].split(":")[0]
+        settings["cpu floor"] = numerics.get("cpu_isa", "native")
+        settings["threads"] = numerics["torch_threads"]
+    return settings
 
 
 def check_resume_conditions(directory: Path, began: dict, now: dict, step: int) -> dict | None:
