@@ -233,10 +233,12 @@ docker-run:
 
 # One archive a paper can link to: code, params, dvc.lock, start sequences, conditions,
 # SBOM, hash chains, evaluation results, report, manifest. CHECKPOINTS=1 adds weights;
-# RESUME=STEP adds RESUME_RUN's resume point at STEP (verify --rerun starts there).
+# RESUME=STEP adds RESUME_RUN's resume point at STEP (verify --rerun starts there);
+# SIGN=KEY signs the manifest with that OpenSSH private key.
 bundle: $(STAMP)
 	$(if $(RESUME),reprodqn resume-point $(RESUME_RUN) --step $(RESUME))
-	reprodqn bundle --out dist/reprodqn-bundle.tar.gz $(if $(CHECKPOINTS),--checkpoints,)
+	reprodqn bundle --out dist/reprodqn-bundle.tar.gz $(if $(CHECKPOINTS),--checkpoints,) \
+	  $(if $(SIGN),--sign $(SIGN),)
 
 clean:
 	rm -rf $(VENV) $(SMOKE) .pytest_cache dist

@@ -12,6 +12,8 @@ the chain an uninterrupted run ends with.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import numpy as np
 import yaml
 
 from reprodqn import exact
+from reprodqn.exact import universal
 
 exact.cpu_floor("portable")  # exact: before torch (its kernels are chosen at the first op)
 
@@ -43,7 +46,16 @@ def make_data(config: dict, generator: np.random.Generator) -> tuple[torch.Tenso
 
 def make_model(config: dict, generator: torch.Generator) -> nn.Module:
     """Built without torch's default initialisation (it draws from the global generator),
-    then initialised from the init stream alone."""
+    then initialised from the init stream alone. In the universal numerics the layers are
+    reprodqn's (it has no tanh: ReLU), initialised in its arithmetic."""
+    if config["numerics"] == "universal":
+        model = nn.Sequential(
+            skip_init(universal.Linear, 1, config["hidden"]),
+            universal.ReLU(),
+            skip_init(universal.Linear, config["hidden"], 1),
+        )
+        universal.init_(model, generator)  # exact
+        return model
     model = nn.Sequential(
         skip_init(nn.Linear, 1, config["hidden"]),
         nn.Tanh(),
@@ -61,26 +73,32 @@ def main(argv: list[str] | None = None) -> None:
     params = yaml.safe_load(args.params.read_text())
     config = params["train"]
     process = exact.setup(threads=config["threads"])  # exact
+    universal_mode = config["numerics"] == "universal"
+    if universal_mode:
+        universal.configure(threads=config["threads"])  # exact: one chain on any machine
     exact.start_run(args.out, params, process)  # exact: refuses a folder of other params
     seeds = dict(params["seeds"])
     streams = exact.Streams(numpy={"data": seeds.pop("data")}, torch=seeds)  # exact
     x, y = make_data(config, streams["data"])
     model = make_model(config, streams["init"])
-    optimizer = torch.optim.Adam(model.parameters(), lr=config["learning_rate"])
-    chain = exact.HashChain(args.out)  # exact
+    adam = universal.Adam if universal_mode else torch.optim.Adam
+    optimizer = adam(model.parameters(), lr=config["learning_rate"], betas=(0.9, 0.999), eps=1e-8)
+    chain = exact.HashChain(args.out, config["numerics"])  # exact
     parts = {"model": model, "optimizer": optimizer, "streams": streams, "chain": chain}  # exact
     saved = exact.load_resume_point(args.out, parts)  # exact
     step = 0 if saved is None else int(saved["step"])  # exact
     if saved is None:
         chain.checkpoint(0, model)  # exact
     end = config["steps"] if args.until is None else min(args.until, config["steps"])
+    mse = universal.regression_loss if universal_mode else nn.functional.mse_loss
     started, first = time.monotonic(), step
     while step < end:
         rows = torch.randint(len(x), (config["batch_size"],), generator=streams["minibatch"])
-        loss = nn.functional.mse_loss(model(x[rows]), y[rows])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        with universal.strict() if universal_mode else contextlib.nullcontext():  # exact
+            loss = mse(model(x[rows]), y[rows])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
         chain.extend(loss)  # exact
         step += 1
         if step % config["checkpoint_every"] == 0 or step == config["steps"]:

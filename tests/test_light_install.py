@@ -12,9 +12,9 @@ import tomllib
 from tests.helpers import ROOT, cli_env
 
 STUDY = {"scipy", "matplotlib", "mlflow", "dvc", "submitit", "markdown-it-py", "rocrate"}
-STUDY |= {"jsonschema", "numba"}
+STUDY |= {"jsonschema"}
 STUDY_MODULES = ("scipy", "matplotlib", "mlflow", "dvc", "submitit", "markdown_it", "rocrate")
-STUDY_MODULES += ("jsonschema", "numba", "stable_baselines3")
+STUDY_MODULES += ("jsonschema", "stable_baselines3")
 
 
 def _names(requirements: list[str]) -> set[str]:

@@ -40,6 +40,7 @@ def test_every_module_sits_in_a_subpackage_that_says_what_it_may_import():
     assert set(layers) == {
         "exact",
         "core",
+        "universal",
         "determinism",
         "config",
         "dqn",

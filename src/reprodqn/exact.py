@@ -14,18 +14,16 @@ A training script that uses these five pieces gets what reprodqn's own DQN has, 
 - `start_run()`: the run's config (a different one is refused), the conditions record
   with its SBOM, and the numerics settings applied.
 
-For `reprodqn evaluate-policy`, `save_policy()` writes the trained policy as TorchScript,
-the same bytes in every process; `GymEnv(env)` puts a Gymnasium env in a resume point;
-`main(fn)` gives this library's refusals as one line and exit 2. A resume that would not
-be exact (a second process, other settings, other parts, a global generator's draw) is
-refused in one line before anything is written.
+`save_policy()` writes the policy `reprodqn evaluate-policy` plays, the same bytes always.
+`GymEnv(env)` puts a Gymnasium env in a resume point; `main(fn)` gives this library's
+refusals as one line and exit 2. A resume that would not be exact (a second process,
+other settings, other parts, a global generator's draw) is refused before any write.
 
-What it cannot control: GPU kernels that have no deterministic version (torch raises),
-another torch build or another CPU floor (the conditions record names them; `verify`
-says which differ). reprodqn's own DQN keeps its chain with `HashChain` and its resume
-points with the same writer, and sets its process up with the same floor and switches.
+`universal`: layers, losses and optimizers computed in one written order on every machine
+and torch version (universal-numerics.md). Without them a chain holds on one stack: the
+conditions name the torch build, CPU floor and GPU, and `verify` says which differ.
 
-May import: core, determinism.
+May import: core, determinism, universal.
 """
 
 from __future__ import annotations
@@ -45,6 +43,7 @@ from reprodqn.core.atomic import append_line, truncate
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
 from reprodqn.determinism.gym_state import GymEnv
+from reprodqn.universal import api as universal
 
 if TYPE_CHECKING:
     import torch
@@ -64,6 +63,7 @@ __all__ = [
     "save_policy",
     "start_run",
     "main",
+    "universal",
 ]
 
 EMPTY_CHAIN = "0" * 64
@@ -106,10 +106,9 @@ def setup(
     device: str = "cpu",
     deterministic_gpu: bool = True,
 ) -> Setup:
-    """Make this process compute exactly. Call it before `import torch` (the CPU floor's
-    knobs are read when the first kernel runs; set afterwards they would do nothing, so
-    that is refused unless the environment already holds them: call `cpu_floor()` first
-    when the script imports torch at the top).
+    """Make this process compute exactly. Call it before `import torch`, whose kernels read
+    the CPU floor's knobs at their first op (refused after, unless the environment holds
+    them: call `cpu_floor()` first when the script imports torch at the top).
 
     Args:
         threads: torch's intra-op threads (results depend on it); OMP/MKL get the same.
@@ -241,8 +240,9 @@ class HashChain:
     SHA-256, loss-chain SHA-256, updates) beside checkpoints/step-N.safetensors.
     Two runs are identical when their hashes.jsonl are."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, numerics: str = "standard"):
         self.directory = Path(directory)
+        self.marks = universal.record(numerics)  # a universal chain names its mode per line
         self.log = JsonLog(self.directory / workspace.HASHES)
         self.loss_chain = EMPTY_CHAIN
         self.updates = 0
@@ -278,6 +278,7 @@ class HashChain:
         path = workspace.checkpoint_path(self.directory, step)
         digest = save_weights(path, tensors, {"step": str(step), **(metadata or {})})
         line = {"step": step, "weights_sha256": digest, "loss_chain_sha256": self.loss_chain}
+        line |= self.marks
         line["updates"] = self.updates  # the keys are written sorted
         self.log.write(line)
         return line

@@ -208,7 +208,9 @@ def test_a_workspace_bundle_replicates_as_its_replicate_md_says(venv, tmp_path):
     with tarfile.open(study / "dist" / "b.tar.gz") as tar:
         tar.extractall(tmp_path / "reader", filter="data")
     page = (tmp_path / "reader" / "reprodqn-bundle" / "REPLICATE.md").read_text()
-    assert "pip install reprodqn==" in page  # the fresh venv holds it already
+    assert "pip install --no-deps reprodqn-bundle/wheels/reprodqn-" in page  # held already
+    checked = run_in(tmp_path / "reader", ["reprodqn", "verify", "reprodqn-bundle"], env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr  # the page's first step
     steps = [
         ["reprodqn", "init", "replication"],
         ["cp", "reprodqn-bundle/params.yaml", "replication/"],
@@ -252,14 +254,19 @@ def test_a_data_file_dropped_from_the_install_is_one_line_naming_it(venv, model,
     assert evaluated.stderr.count("\n") == 1 and "authors.json: missing" in evaluated.stderr
 
 
-def test_a_study_made_from_the_template_installs_and_passes_its_own_tests(venv, dist, tmp_path):
+@pytest.mark.parametrize("numerics", ["standard", "universal"])
+def test_a_study_made_from_the_template_installs_and_passes_its_own_tests(
+    venv, dist, tmp_path, numerics
+):
     """`copier copy` of this repository's template (copier.yml, template/), then the
     generated project's own `make test` into the fresh environment (its reprodqn from the
-    wheel): two runs one chain, SIGKILL and resume, a changed seed named by verify."""
+    wheel): two runs one chain, SIGKILL and resume, a changed seed named by verify; in
+    either numerics."""
     project = tmp_path / "study"
     copier = Path(sys.executable).parent / "copier"
     wheel = next(dist.glob("*.whl"))
     answers = ["--data", "project_name=Template check", "--data", f"reprodqn_requirement={wheel}"]
+    answers += ["--data", f"numerics={numerics}"]
     made = subprocess.run(
         [copier, "copy", "--defaults", "--vcs-ref", "HEAD", *answers, str(ROOT), str(project)],
         capture_output=True,

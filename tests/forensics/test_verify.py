@@ -125,9 +125,9 @@ def test_verify_names_a_workspace_with_nothing_to_check_and_a_run_not_trained_he
         "step": 0,
         "chain": "not trained here",
     }
-    assert verify.summary(result).startswith(
+    assert verify.summary(result) == (  # no ISA line: both sides' are the same
         "verify: DIFFERENT: deterministic/1 is not trained here (the other side has it)\n"
-        "of 2 runs: 1 identical, 1 not trained here\n"  # a partial replication says what held
+        "of 2 runs: 1 identical, 1 not trained here"  # a partial replication says what held
     )
 
 
@@ -186,8 +186,15 @@ def test_scores_are_compared_where_both_sides_evaluated_and_only_there(tmp_path)
         "group": "deterministic",
         "run": 1,
         "step": 0,
-        "chain": "evaluation",
+        "chain": verify.SCORES_ONLY,  # the weights are the same: not a run that parted
     }
+    lines = verify.summary(result).splitlines()
+    assert lines[0] == (
+        "verify: DIFFERENT: deterministic/1 has the same weights and losses on both sides, "
+        "but its eval.csv scores differ at checkpoint step 0 (one side's evaluation is not "
+        "what these weights play: evaluated otherwise, or edited)"
+    )
+    assert lines[1] == "of 2 runs: 1 identical, 1 scores differ, chains identical"
 
 
 def test_only_runs_both_sides_trained_by_design_to_differ_are_left_out(tmp_path):
@@ -291,3 +298,14 @@ def test_a_study_whose_every_run_differs_by_design_is_refused_in_one_line(tmp_pa
             )
     with pytest.raises(InputError, match=r"every run trained on both sides differs by design"):
         verify.verify(ours, theirs, STUDY)
+
+
+def test_the_cpu_instruction_sets_are_said_only_where_they_differ(tmp_path):
+    ours, theirs = pair(tmp_path, theirs_runs=((0, "b"), (1, "a")))
+    same = verify.summary(verify.verify(ours, theirs, STUDY))
+    assert "CPU instruction set" not in same  # both sides' are the same: not a lead
+    conditions = json.loads((theirs / "results" / "conditions.json").read_text())
+    conditions["cpu"]["torch_cpu_capability"] = "AVX512"
+    (theirs / "results" / "conditions.json").write_text(json.dumps(conditions))
+    differ = verify.summary(verify.verify(ours, theirs, STUDY)).splitlines()
+    assert any(line.startswith("CPU instruction set: ours ") for line in differ)

@@ -104,24 +104,49 @@ def test_citation_is_valid_cff_with_the_commit_date(unpacked):
     assert root["datePublished"] == doc["date-released"]  # never the clock's time
 
 
-def test_a_workspace_without_a_checkout_ships_the_installed_package_as_its_code(tmp_path):
+def test_a_workspace_without_a_checkout_ships_the_installed_package_as_a_wheel(tmp_path):
     """`reprodqn init`'s workspace has no src/: the code that made its results is the
-    installed package, which the archive then holds byte for byte, in the manifest and crate."""
-    from reprodqn.core.packaged import package_files
+    installed package, which the archive holds as a wheel that installs from the archive
+    alone, with the lock, and unpacked under code/, package data included (its presets
+    were missing: a checkout's data/ links to folders)."""
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    from reprodqn.report import wheel
 
     workspace_files = {k: v for k, v in STUDY_FILES.items() if not k.startswith("src/")}
     unpacked, _ = bundled(tmp_path, workspace_files)
-    assert "pip install reprodqn==" in (unpacked / "REPLICATE.md").read_text()
-    shipped = unpacked / bundle.INSTALLED_CODE
-    installed = package_files()
-    assert {p.relative_to(shipped).as_posix() for p in shipped.rglob("*") if p.is_file()} == set(
-        installed
-    )
-    assert (shipped / "exact.py").read_bytes() == installed["exact.py"].read_bytes()
+    version = importlib.metadata.version("reprodqn")
+    shipped = unpacked / "wheels" / f"reprodqn-{version}-py3-none-any.whl"
+    assert shipped.is_file() and (unpacked / "requirements.lock").is_file()
+    assert "torch==" not in (unpacked / "requirements.lock").read_text()  # its own pin first
+    target = tmp_path / "installed"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+         "--target", str(target), str(shipped)],
+        check=True,
+    )  # fmt: skip
+    code = unpacked / "code"
+    unpacked_files = {
+        p.relative_to(code).as_posix(): p.read_bytes() for p in code.rglob("*") if p.is_file()
+    }
+    for name in ("reprodqn/exact.py", "reprodqn/data/presets/laptop.yaml", "reprodqn/py.typed"):
+        assert (target / name).read_bytes() == unpacked_files[name]
+    assert set(wheel.package_tree()) <= set(unpacked_files)
+    info = f"reprodqn-{version}.dist-info"
+    assert {f"{info}/METADATA", f"{info}/RECORD", f"{info}/WHEEL"} <= set(unpacked_files)
+    found = subprocess.run(
+        [sys.executable, "-c", "import reprodqn, importlib.metadata as m; "
+         "print(reprodqn.__file__, m.version('reprodqn'))"],
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert found.stdout.split() == [str(target / "reprodqn" / "__init__.py"), version]
     assert f"{bundle.INSTALLED_CODE}/exact.py" in manifest(unpacked)
     assert bundle.check_manifest(unpacked) == []
     crate = json.loads((unpacked / "ro-crate-metadata.json").read_text())
-    assert any(e["@id"] == f"{bundle.INSTALLED_CODE}/exact.py" for e in crate["@graph"])
+    assert any(e["@id"] == f"wheels/{shipped.name}" for e in crate["@graph"])
 
 
 def test_the_same_workspace_gives_the_same_bundle(tmp_path, monkeypatch):
@@ -204,7 +229,10 @@ def test_the_bundle_says_how_to_replicate_it_and_its_archive_carries_its_sha256(
 
     unpacked, out = bundled(tmp_path, STUDY_FILES)
     page = (unpacked / "REPLICATE.md").read_text()
-    assert "pip install ./reprodqn-bundle" in page and "sha256sum -c MANIFEST.sha256" in page
+    assert page.split("```sh\n")[1].startswith("reprodqn verify reprodqn-bundle")  # first
+    assert "sha256sum -c MANIFEST.sha256" in page
+    assert "pip install -r reprodqn-bundle/requirements.lock" in page
+    assert "pip install --no-deps reprodqn-bundle/wheels/reprodqn-" in page
     assert "reprodqn verify --reference ../reprodqn-bundle" in page
     assert "REPLICATE.md" in manifest(unpacked)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()

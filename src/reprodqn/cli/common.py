@@ -119,8 +119,9 @@ def refuse_inside_a_bundle(args) -> None:
     if args.command in WRITE_RESULTS and workspace.is_unpacked_bundle(here):
         raise InputError(
             f"{here}: an unpacked bundle, whose files are the reference; `reprodqn "
-            f"{args.command}` would change them. Replicate in a new workspace beside it "
-            "(its REPLICATE.md gives the commands), then verify --reference this folder"
+            f"{args.command}` would change them. Check it with `reprodqn verify .`; "
+            "replicate in a new workspace beside it (REPLICATE.md gives the commands), "
+            "then `reprodqn verify --reference` this folder"
         )
 
 

@@ -97,6 +97,8 @@ def cmd_verify(args) -> int:
 
     if args.folders:
         return _verify_folders(args)
+    if args.signer is not None:
+        raise InputError("verify --signer: only with one unpacked bundle (verify BUNDLE)")
     if args.reference is None:
         raise InputError("verify: expected --reference DIR, or two result folders: verify A B")
     if args.rerun is not None:
@@ -109,8 +111,18 @@ def cmd_verify(args) -> int:
         verify.check_bundle(args.reference)
         config = rerun.shipped_config(args.reference, group, run, args.params, args.overrides)
         isa.apply(config.compute.cpu_isa)  # the shipped run's floor, before torch loads
+        from reprodqn.config.params import load_params
+
+        evaluation = load_params(
+            rerun.shipped_params(args.reference, args.params), args.overrides
+        ).evaluation
         result = verify.spot_check(
-            args.reference, config, args.until, args.scratch / group / str(run)
+            args.reference,
+            config,
+            args.until,
+            args.scratch / group / str(run),
+            evaluation,
+            args.episodes,
         )
         print(verify.spot_check_summary(result))
         return 0 if result["identical"] else 1
@@ -129,15 +141,34 @@ def _verify_folders(args) -> int:
 
     if args.reference is not None or args.rerun is not None:
         raise InputError("verify FOLDER...: result folders take no --reference or --rerun")
+    if args.signer is not None and (len(args.folders) != 1 or args.until is not None):
+        raise InputError("verify --signer: only with one unpacked bundle (verify BUNDLE)")
     if len(args.folders) == 1 and args.until is not None:
         result = chains.rerun(args.folders[0], args.until, args.scratch, args.script)
         print(chains.rerun_summary(result))
         return 0 if result["identical"] else 1
+    if len(args.folders) == 1:
+        return _verify_bundle(args.folders[0], args.signer)
     if len(args.folders) != 2 or args.until is not None:
-        raise InputError("verify: expected two result folders (A B), or one with --until STEP")
+        raise InputError(
+            "verify: expected an unpacked bundle (verify BUNDLE), two result folders (A B), "
+            "or one with --until STEP"
+        )
     result = chains.compare(*args.folders)
     print(chains.summary(result))
     return 0 if result["identical"] else 1
+
+
+def _verify_bundle(directory: Path, signer: Path | None) -> int:
+    """`verify BUNDLE`: every link of one unpacked bundle that holds without training."""
+    import time
+
+    from reprodqn.forensics import bundle_check
+
+    started = time.perf_counter()
+    result = bundle_check.check(directory, signer)
+    print(bundle_check.summary(result, time.perf_counter() - started))
+    return 0 if result["ok"] else 1
 
 
 def cmd_gpu_check(args) -> int:
@@ -161,7 +192,8 @@ def _add_verify(sub) -> None:
     p = _stage(
         sub,
         "verify",
-        "compare this workspace's runs with another copy, or any two result folders",
+        "compare this workspace's runs with another copy or any two result folders, "
+        "or check an unpacked bundle on its own",
         cmd_verify,
     )
     p.add_argument(
@@ -169,7 +201,8 @@ def _add_verify(sub) -> None:
         nargs="*",
         type=Path,
         metavar="FOLDER",
-        help="two result folders of any script that keeps reprodqn.exact's hash chain",
+        help="an unpacked bundle to check on its own (no training), or two result folders "
+        "of any script that keeps reprodqn.exact's hash chain",
     )
     p.add_argument("--reference", type=Path, help="another workspace or an unpacked bundle")
     p.add_argument(
@@ -191,6 +224,39 @@ def _add_verify(sub) -> None:
         metavar="STEP",
         help="with --rerun, or one result folder: the step to retrain to",
     )
+    _add_verify_options(p)
+    p = _stage(
+        sub,
+        "resume-point",
+        "retrain a finished run to STEP and keep the resume "
+        "point there for the bundle (make bundle RESUME=STEP)",
+        cmd_resume_point,
+    )
+    p.add_argument("run", metavar="GROUP/RUN")
+    p.add_argument("--step", type=int, required=True)
+    p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
+    p.add_argument("--out-dir", type=Path, default=workspace.RESUME_POINTS)
+
+
+def _add_verify_options(p) -> None:
+    """verify BUNDLE's --signer, --rerun's --episodes and --scratch, and --script."""
+    p.add_argument(
+        "--signer",
+        type=Path,
+        default=None,
+        metavar="KEY",
+        help="with BUNDLE: the signer's OpenSSH public key (or an allowed_signers file) the "
+        "manifest's signature must verify against",
+    )
+    p.add_argument(
+        "--episodes",
+        type=int,
+        default=10,
+        metavar="K",
+        help="with --rerun: evaluation episodes of the last checkpoint retrained that are "
+        "replayed against the reference's eval.csv (default 10; 0: none)",
+    )
+
     p.add_argument(
         "--scratch",
         type=Path,
@@ -204,17 +270,6 @@ def _add_verify(sub) -> None:
         help="with one result folder: the script that wrote it, where its recorded path "
         "is not this machine's",
     )
-    p = _stage(
-        sub,
-        "resume-point",
-        "retrain a finished run to STEP and keep the resume "
-        "point there for the bundle (make bundle RESUME=STEP)",
-        cmd_resume_point,
-    )
-    p.add_argument("run", metavar="GROUP/RUN")
-    p.add_argument("--step", type=int, required=True)
-    p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
-    p.add_argument("--out-dir", type=Path, default=workspace.RESUME_POINTS)
 
 
 def _add_trace(sub) -> None:

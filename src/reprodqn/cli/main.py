@@ -192,28 +192,13 @@ def cmd_study(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from reprodqn.config.explain import departures
-    from reprodqn.config.variants import algorithm_name
-    from reprodqn.core.atomic import read_json
     from reprodqn.report import study_records, writer
     from reprodqn.study import mlflow_store, tracking
 
     params = _load(args)
     study = study_records.load_study(args.root, params.study)
     study_records.require_evaluated(study, args.root)
-    audit_path = args.root / workspace.RESULTS / workspace.AUDIT
-    audit = read_json(audit_path, "audit record") if audit_path.exists() else None
-    algorithm = algorithm_name(params)
-    summary = writer.write_report(
-        study,
-        args.out_dir,
-        scale_note=writer.scale_note(params),
-        audit=audit,
-        algorithm=algorithm,
-        optimizer=params.agent.optimizer,
-        departures=departures(params),
-        game=params.env.game,
-    )
+    summary = writer.write_report(study, args.out_dir, **writer.report_arguments(params, args.root))
     if mlflow_store.enabled() and not args.no_track:
         files = sorted(p for p in args.out_dir.iterdir() if p.is_file())
         tracking.log_study(params, workspace.current_fingerprint(), summary["metrics"], files)

@@ -100,7 +100,7 @@ def cmd_bundle(args) -> int:
             file=sys.stderr,
         )
         return 0
-    info = bundle.write(Path("."), args.out, args.checkpoints)
+    info = bundle.write(Path("."), args.out, args.checkpoints, sign=args.sign)
     print(
         f"bundle: {info['files']} files, {info['bytes'] / 1e6:.1f} MB, sha256 "
         f"{info['sha256']} -> {args.out}",
@@ -179,6 +179,14 @@ def _add_bundle_command(sub) -> None:
     p = _stage(sub, "bundle", "one archive of the study for a paper to link to", cmd_bundle)
     p.add_argument("--out", type=Path, default=Path("dist/reprodqn-bundle.tar.gz"))
     p.add_argument("--checkpoints", action="store_true", help="include every checkpoint")
+    p.add_argument(
+        "--sign",
+        type=Path,
+        default=None,
+        metavar="KEY",
+        help="sign the manifest with this OpenSSH private key (ssh-keygen -Y sign; its "
+        "public half ships as SIGNER.pub); readers check it with verify BUNDLE --signer",
+    )
     p.add_argument(
         "--reference-dir",
         type=Path,

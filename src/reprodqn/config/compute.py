@@ -44,6 +44,16 @@ class ComputeConfig(Frozen):
         "gradient sum the same terms in another order, as nondeterministic GPU kernels do; "
         "the gpu group's on a CPU. On CUDA the real kernels decide and this is ignored.",
     )
+    numerics: Literal["standard", "universal"] = Field(
+        "standard",
+        description="standard: torch's kernels pinned by the floor above, exact on one stack "
+        "(CPU floor, torch and oneDNN version, GPU model and driver). universal: every "
+        "floating-point op of acting and learning in reprodqn's own kernels, each one written "
+        "order of correctly rounded IEEE-754 float32 operations (docs/universal-numerics.md), "
+        "so the chain is one on every CPU, thread count and torch version; the device, floor "
+        "and threads then change speed only. Nature or NIPS network, one Q head, uniform "
+        "replay, 1-step targets.",
+    )
     replay_on_device: bool = Field(
         False,
         description="The replay memory's frames in the device's memory and each minibatch "
@@ -60,6 +70,24 @@ class ComputeConfig(Frozen):
         "(refused on a CPU), compute.replay_on_device and an RMSprop optimizer (Adam's "
         "bias correction changes each step).",
     )
+
+
+def check_universal(config) -> None:
+    """What the universal mode computes, said in one line naming the field it lacks."""
+    if config.compute.numerics != "universal":
+        return
+    needs = {
+        "compute.device: cpu (the universal backend is the CPU's)": config.compute.device != "cuda",
+        "agent.dueling: false": not config.agent.dueling,
+        "agent.n_step: 1": config.agent.n_step == 1,
+        "replay.prioritized: false": not config.replay.prioritized,
+        "compute.replay_on_device: false": not config.compute.replay_on_device,
+        # INTER_LINEAR computes its coefficients in float code the compiler may contract
+        "env.resize: linear_exact (OpenCV's bit-exact resize)": config.env.resize == "linear_exact",
+    }
+    for need, met in needs.items():
+        if not met:
+            raise ValueError(f"compute.numerics: universal needs {need}")
 
 
 def check_speed_options(config) -> None:

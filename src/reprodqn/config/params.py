@@ -13,7 +13,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from reprodqn.config import sources
-from reprodqn.config.compute import SPEED_OPTIONS, ComputeConfig, check_speed_options
+from reprodqn.config.compute import (
+    SPEED_OPTIONS,
+    ComputeConfig,
+    check_speed_options,
+    check_universal,
+)
 from reprodqn.config.games import GameId
 from reprodqn.config.selection import RankerConfig, StartStatesConfig, check_ranker_checkpoint
 from reprodqn.config.study import StudyConfig
@@ -25,7 +30,9 @@ from reprodqn.core.errors import InputError
 from reprodqn.determinism import rng
 
 # knobs that runs recorded before them lack: left out of the digest at their defaults
-DIGEST_OPTIONAL = {**VARIANT_KNOBS, "compute": ("cpu_reduction_order",)}
+DIGEST_OPTIONAL = {**VARIANT_KNOBS, "compute": ("cpu_reduction_order", "numerics")}
+# where and how fast: in the universal mode these change no bit of a run
+UNIVERSAL_WHERE = ("device", "threads", "cpu_isa", "deterministic_gpu")
 
 
 class EnvConfig(Frozen):
@@ -253,6 +260,7 @@ class Params(Frozen):
         check_n_step(self)
         check_actors(self)
         check_speed_options(self)
+        check_universal(self)
         return self
 
 
@@ -274,6 +282,7 @@ class RunConfig(Frozen):
         check_n_step(self)
         check_actors(self)
         check_speed_options(self)
+        check_universal(self)
         return self
 
     def digest(self) -> str:
@@ -296,6 +305,8 @@ class RunConfig(Frozen):
             "train": {"resume_every"},
             "compute": set(SPEED_OPTIONS) if compute else True,
         }
+        if compute and self.compute.numerics == "universal":
+            exclude["compute"] = {*SPEED_OPTIONS, *UNIVERSAL_WHERE}
         body = self.model_dump(mode="json", exclude=exclude)
         for section, knobs in DIGEST_OPTIONAL.items():
             if section not in body:

@@ -3,4 +3,4 @@ floor, torch's numerics settings, the named random streams, weight checkpoints t
 their hash, resume points, and the provenance (conditions, fingerprint, SBOM) written
 beside every result.
 
-May import: core."""
+May import: core, universal."""

@@ -109,3 +109,12 @@ def configure(
         applied["cuda_version"] = torch.version.cuda
         applied["cudnn_version"] = torch.backends.cudnn.version()
     return device, applied
+
+
+def configure_universal(mode: str, threads: int) -> dict:
+    """The universal mode's backend, set up and recorded ({} in the standard mode)."""
+    if mode != "universal":
+        return {}
+    from reprodqn.universal import cpu
+
+    return cpu.configure(threads)

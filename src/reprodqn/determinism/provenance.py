@@ -24,6 +24,7 @@ from reprodqn.core import workspace
 from reprodqn.core.digests import json_digest
 from reprodqn.determinism import isa
 from reprodqn.determinism.sbom import write_sbom
+from reprodqn.universal.record import universal_record
 
 # instruction-set flags that decide which kernels torch, oneDNN, MKL and OpenCV run
 ISA_FLAGS = (
@@ -49,6 +50,7 @@ ISA_FLAGS = (
     "sve",
 )
 NUMERIC_PACKAGES = ("torch", "numpy", "ale-py", "opencv-python-headless")
+UNIVERSAL_PACKAGES = ("ale-py", "opencv-python-headless")  # the frames; the rest is the spec's
 REPORTED_PACKAGES = (
     *NUMERIC_PACKAGES,
     "gymnasium",
@@ -229,6 +231,7 @@ def collect(compute_config, root: Path = Path(".")) -> dict:
                 compute_config.cpu_reduction_order if device.type == "cpu" else "the GPU kernels'"
             ),
             "environment": {name: os.environ.get(name) for name in isa.NUMERICS_ENV},
+            **universal_record(getattr(compute_config, "numerics", "standard")),
         },
         "container": container_info(),
         "bundle": git_info(root),
@@ -241,6 +244,8 @@ def fingerprint_fields(conditions: dict) -> dict:
     """The part of the conditions that changes numbers. With the CPU instruction set pinned
     to a floor, the floor stands in for the machine's own instruction sets: any machine at
     or above it computes the same numbers."""
+    if conditions["numerics"].get("numerics") == "universal":
+        return universal_fingerprint_fields(conditions)
     gpu = conditions["gpu"]
     floor = conditions["numerics"].get("cpu_isa", "native")
     pinned = floor != "native"
@@ -260,6 +265,17 @@ def fingerprint_fields(conditions: dict) -> dict:
         "environment": {
             name: conditions["numerics"]["environment"].get(name) for name in isa.FINGERPRINT_ENV
         },
+    }
+
+
+def universal_fingerprint_fields(conditions: dict) -> dict:
+    """In the universal mode the network's arithmetic is the spec's on every machine: what
+    still changes numbers is the spec's version and the game's frames (the emulator and the
+    resize), not the device, the CPU, the threads or torch."""
+    return {
+        "numerics": "universal",
+        "numerics_spec": conditions["numerics"]["numerics_spec"],
+        "packages": {name: conditions["packages"].get(name) for name in UNIVERSAL_PACKAGES},
     }
 
 

@@ -1,4 +1,4 @@
 """The learning agent, independent of any game: the Q-networks, the agent (acting, the
 learning rule, schedules), its optimizers, the replay memory and prioritized replay.
 
-May import: core, determinism."""
+May import: core, determinism, universal."""

@@ -18,6 +18,7 @@ from reprodqn.dqn import priority_rule
 from reprodqn.dqn.network import build_q_network, q_values
 from reprodqn.dqn.optimizers import build_optimizer
 from reprodqn.dqn.settings import AgentSettings, PrioritySettings
+from reprodqn.dqn.universal_agent import UniversalDoubleLearning, UniversalLearning
 
 if TYPE_CHECKING:
     from reprodqn.dqn.cuda_graphs import CudaGraphs
@@ -75,8 +76,10 @@ class DQNAgent:
         reward_clip: float,
         priority_config: PrioritySettings | None = None,
         reduction_order: str = "fixed",
+        numerics: str = "standard",
     ):
         self.config = agent_config
+        self.numerics = numerics
         # compute.cpu_reduction_order: on CUDA the kernels' own order stands
         self.shuffle_rows = reduction_order == "random" and device.type == "cpu"
         self.priority = priority_config  # None: uniform replay, the authors' rule
@@ -92,9 +95,10 @@ class DQNAgent:
             screen_size,
             init_generator,
             agent_config.dueling,
+            numerics,
         ).to(device)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
-        self.optimizer = build_optimizer(self.online.parameters(), agent_config)
+        self.optimizer = build_optimizer(self.online.parameters(), agent_config, numerics)
         # compute.cuda_graphs: the update and the greedy action replayed as CUDA graphs
         self.graphs: CudaGraphs | None = None
 
@@ -236,10 +240,7 @@ class DQNAgent:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step; the loss and the TD errors the step was taken on (in the
         minibatch's order, whatever order the update summed its rows in)."""
-        order = os_entropy_order(len(batch["actions"])) if self.shuffle_rows else None
-        if order is not None:  # the same terms, summed in another order by every reduction
-            batch = {**batch, **{k: batch[k][order] for k in ROW_KEYS if k in batch}}
-            weights = None if weights is None else weights[torch.from_numpy(order)]
+        batch, weights, order = self.reordered(batch, weights)
         targets, q = self.targets_and_q(batch)
         loss = self.loss(q, targets, weights)
         self.optimizer.zero_grad(set_to_none=True)
@@ -249,6 +250,15 @@ class DQNAgent:
         if order is not None:
             td_errors = td_errors[torch.from_numpy(np.argsort(order))]
         return loss.detach(), td_errors
+
+    def reordered(self, batch: dict, weights: torch.Tensor | None):
+        """The minibatch (and its weights) in an order drawn from OS entropy where the
+        reduction order is random, else as it is; and that order (None: as it is)."""
+        if not self.shuffle_rows:
+            return batch, weights, None
+        order = os_entropy_order(len(batch["actions"]))  # the same terms, summed otherwise
+        batch = {**batch, **{k: batch[k][order] for k in ROW_KEYS if k in batch}}
+        return batch, None if weights is None else weights[torch.from_numpy(order)], order
 
     def update_prioritized(
         self, step: int, batch: dict, replay, priority: PrioritySettings
@@ -326,6 +336,14 @@ class DoubleDQNAgent(DQNAgent):
         return self.target(next_states).gather(1, best).squeeze(1)
 
 
+class UniversalDQN(UniversalLearning, DQNAgent):  # type: ignore[misc]
+    """DQN in the universal numerics mode."""
+
+
+class UniversalDoubleDQN(UniversalDoubleLearning, DoubleDQNAgent):  # type: ignore[misc]
+    """Double DQN in the universal numerics mode."""
+
+
 def make_agent(
     agent_config: AgentSettings,
     *,
@@ -338,9 +356,14 @@ def make_agent(
     reward_clip: float,
     priority_config: PrioritySettings | None = None,
     reduction_order: str = "fixed",
+    numerics: str = "standard",
 ) -> DQNAgent:
-    """The agent a config names: DQN, or Double DQN when agent.double."""
-    kind = DoubleDQNAgent if agent_config.double else DQNAgent
+    """The agent a config names: DQN, or Double DQN when agent.double; in the universal
+    numerics mode, their universal twins."""
+    if numerics == "universal":
+        kind: type[DQNAgent] = UniversalDoubleDQN if agent_config.double else UniversalDQN
+    else:
+        kind = DoubleDQNAgent if agent_config.double else DQNAgent
     return kind(
         agent_config,
         n_actions=n_actions,
@@ -352,4 +375,5 @@ def make_agent(
         reward_clip=reward_clip,
         priority_config=priority_config,
         reduction_order=reduction_order,
+        numerics=numerics,
     )

@@ -13,6 +13,10 @@ the portable floor, give the same bits on both vendors at the speed of MKL's fas
 Layers are built without initialisation (`skip_init`) and then initialised from the init
 stream alone, with PyTorch's default scheme: weights and biases uniform in
 ±1/sqrt(fan_in) (what kaiming_uniform(a=sqrt(5)) gives, and what torch 0.3 used).
+
+With `numerics="universal"` every layer, the ReLUs and the input scaling are
+reprodqn.universal's, and the uniform draws are mapped to weights in the spec's arithmetic:
+the same network, computed in one written order on every machine.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn.utils import skip_init
+
+from reprodqn.universal import layers as universal
 
 # (out_channels, kernel, stride) per conv layer, then the hidden width
 ARCHITECTURES = {
@@ -56,12 +62,16 @@ class OneDnnLinear(nn.Linear):
         return torch._C._nn.mkldnn_linear(x.to_mkldnn(), self.weight, self.bias).to_dense()
 
 
-def _head(features: int, hidden: int, outputs: int) -> list[nn.Module]:
-    return [
-        skip_init(OneDnnLinear, features, hidden),
-        nn.ReLU(),
-        skip_init(OneDnnLinear, hidden, outputs),
-    ]
+# the layer kinds of each numerics mode: convolution, linear, activation
+LAYERS = {
+    "standard": (OneDnnConv2d, OneDnnLinear, nn.ReLU),
+    "universal": (universal.Conv2d, universal.Linear, universal.ReLU),
+}
+
+
+def _head(features: int, hidden: int, outputs: int, numerics: str) -> list[nn.Module]:
+    _, linear, relu = LAYERS[numerics]
+    return [skip_init(linear, features, hidden), relu(), skip_init(linear, hidden, outputs)]
 
 
 class QNetwork(nn.Module):
@@ -75,26 +85,31 @@ class QNetwork(nn.Module):
         history_length: int,
         screen_size: int,
         dueling: bool = False,
+        numerics: str = "standard",
     ):
         super().__init__()
         convs, hidden = ARCHITECTURES[kind]
+        conv, _, relu = LAYERS[numerics]
         layers: list[nn.Module] = []
         channels, side = history_length, screen_size
         for out_channels, kernel, stride in convs:
-            layers += [skip_init(OneDnnConv2d, channels, out_channels, kernel, stride), nn.ReLU()]
+            layers += [skip_init(conv, channels, out_channels, kernel, stride), relu()]
             channels, side = out_channels, (side - kernel) // stride + 1
         layers.append(nn.Flatten())
         features = channels * side * side
         if dueling:
             self.layers = nn.Sequential(*layers)
-            self.value = nn.Sequential(*_head(features, hidden, 1))
-            self.advantage = nn.Sequential(*_head(features, hidden, n_actions))
+            self.value = nn.Sequential(*_head(features, hidden, 1, numerics))
+            self.advantage = nn.Sequential(*_head(features, hidden, n_actions, numerics))
         else:
-            self.layers = nn.Sequential(*layers, *_head(features, hidden, n_actions))
+            self.layers = nn.Sequential(*layers, *_head(features, hidden, n_actions, numerics))
         self.kind = kind
         self.dueling = dueling
+        self.numerics = numerics
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        if self.numerics == "universal":  # dueling is refused there (compute.check_universal)
+            return self.layers(universal.scale_frames(frames))
         # a fresh float32 copy scaled in place: the same bits as x / 255, one buffer fewer
         x = self.layers(frames.to(torch.float32, copy=True).div_(255.0))
         if not self.dueling:
@@ -132,14 +147,20 @@ def build_q_network(
     screen_size: int,
     generator: torch.Generator,
     dueling: bool = False,
+    numerics: str = "standard",
 ) -> QNetwork:
     """A Q-network on the CPU whose weights depend on `generator` only (layer by layer in
     order: torso, then value, then advantage stream)."""
-    net = QNetwork(kind, n_actions, history_length, screen_size, dueling)
+    net = QNetwork(kind, n_actions, history_length, screen_size, dueling, numerics)
     with torch.no_grad():
         for layer in net.modules():
             if isinstance(layer, nn.Conv2d | nn.Linear):
                 fan_in = layer.weight[0].numel()
+                if numerics == "universal":
+                    universal.init_uniform_(layer.weight, fan_in, generator)
+                    if layer.bias is not None:
+                        universal.init_uniform_(layer.bias, fan_in, generator)
+                    continue
                 bound = 1.0 / math.sqrt(fan_in)
                 nn.init.uniform_(layer.weight, -bound, bound, generator=generator)
                 if layer.bias is not None:

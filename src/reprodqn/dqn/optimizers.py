@@ -17,11 +17,14 @@ average at zero. Clamping it first to a floor whose root vanishes when eps is ad
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import torch
 
 from reprodqn.dqn import fused_step
 from reprodqn.dqn.settings import AgentSettings
+from reprodqn.universal import optim
 
 
 def exact_sqrt_floor(eps: float, scale: float = 1.0) -> float:
@@ -145,13 +148,21 @@ class Adam(torch.optim.Adam):
                 param.addcdiv_(exp_avg, denom, value=-step_size)
 
 
-def build_optimizer(parameters, agent_config: AgentSettings) -> torch.optim.Optimizer:
-    """The optimizer `agent.optimizer` names, with its params."""
+def build_optimizer(
+    parameters, agent_config: AgentSettings, numerics: str = "standard"
+) -> torch.optim.Optimizer:
+    """The optimizer `agent.optimizer` names, with its params: these classes, or in the
+    universal mode reprodqn.universal's of the same name (the same rule in the spec's order)."""
     c = agent_config
+    kinds = optim if numerics == "universal" else sys.modules[__name__]
     if c.optimizer == "rmsprop":
-        return RMSprop(parameters, lr=c.learning_rate, alpha=c.rmsprop_alpha, eps=c.rmsprop_eps)
-    if c.optimizer == "rmsprop_centered":
-        return CenteredRMSprop(
+        return kinds.RMSprop(
             parameters, lr=c.learning_rate, alpha=c.rmsprop_alpha, eps=c.rmsprop_eps
         )
-    return Adam(parameters, lr=c.learning_rate, betas=(c.adam_beta1, c.adam_beta2), eps=c.adam_eps)
+    if c.optimizer == "rmsprop_centered":
+        return kinds.CenteredRMSprop(
+            parameters, lr=c.learning_rate, alpha=c.rmsprop_alpha, eps=c.rmsprop_eps
+        )
+    return kinds.Adam(
+        parameters, lr=c.learning_rate, betas=(c.adam_beta1, c.adam_beta2), eps=c.adam_eps
+    )

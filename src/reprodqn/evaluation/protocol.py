@@ -269,13 +269,9 @@ def load_network(
         module = torch.jit.load(str(path), map_location=device)
         return ScriptedPolicy(module.eval(), n_actions, Path(path)).to(device).eval()
     tensors, meta = load_weights(path, expected_sha256)
-    net = QNetwork(
-        meta["network"],
-        int(meta["n_actions"]),
-        int(meta["history_length"]),
-        int(meta["screen_size"]),
-        dueling=meta.get("dueling") == "True",
-    )
+    actions, history, side = (int(meta[k]) for k in ("n_actions", "history_length", "screen_size"))
+    dueling, numerics = meta.get("dueling") == "True", meta.get("numerics", "standard")
+    net = QNetwork(meta["network"], actions, history, side, dueling, numerics)
     net.load_state_dict(tensors)
     return net.to(device).eval()
 

@@ -19,6 +19,7 @@ from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
 from reprodqn.determinism.provenance import differing_values, fingerprint_fields
+from reprodqn.forensics.checkpoint_files import check_runs
 
 CHAIN_FIELDS = {key: name for name, key in workspace.CHAINS.items()} | {"updates": "updates"}
 
@@ -45,9 +46,24 @@ def runs(root: Path) -> dict[str, Path]:
     return found
 
 
+def numerics_of(lines: list[dict]) -> str:
+    """The numerics a chain was computed in: its lines' mark (universal and the spec's
+    version), or standard, which writes none."""
+    first = lines[0] if lines else {}
+    mode = first.get("numerics", "standard")
+    return mode if mode == "standard" else f"{mode} (spec {first.get('numerics_spec')})"
+
+
 def first_difference(ours: list[dict], theirs: list[dict]) -> dict | None:
     """The first checkpoint where two chains part (which records differ there), or where
-    one stops and the other goes on; None when they are the same."""
+    one stops and the other goes on; None when they are the same. Chains of different
+    numerics are refused: they compute other operations, never the same chain."""
+    mine, reference = numerics_of(ours), numerics_of(theirs)
+    if ours and theirs and mine != reference:
+        raise InputError(
+            f"the chains were computed in different numerics (ours {mine}, reference "
+            f"{reference}): never alike; train with the reference's compute.numerics"
+        )
     last_shared = None
     for a, b in zip_longest(ours, theirs):
         if a is None or b is None:
@@ -82,6 +98,7 @@ def compare(ours: str | Path, reference: str | Path) -> dict:
             f"against {', '.join(sorted(theirs))})"
         )
     first = None
+    checked = check_runs([*(mine[n] for n in shared), *(theirs[n] for n in shared)])  # files too
     for name in shared:
         found = first_difference(
             workspace.read_hashes(mine[name]), workspace.read_hashes(theirs[name])
@@ -93,6 +110,7 @@ def compare(ours: str | Path, reference: str | Path) -> dict:
     return {
         "identical": first is None and set(mine) == set(theirs),
         "runs_compared": len(shared),
+        "checkpoint_files_checked": checked,
         "first_divergence": first,
         "only_ours": sorted(set(mine) - set(theirs)),
         "only_reference": sorted(set(theirs) - set(mine)),
@@ -235,7 +253,10 @@ def summary(result: dict) -> str:
     """What `reprodqn verify A B` prints."""
     first, runs = result["first_divergence"], plural(result["runs_compared"], "run")
     if result["identical"]:
-        lines = [f"verify: identical: {runs}, every checkpoint's weights and loss chain"]
+        lines = [
+            f"verify: identical: {runs}, every checkpoint's weights and loss chain"
+            + files_checked(result)
+        ]
     elif first is None:
         lines = [f"verify: DIFFERENT: the {runs} on both sides match; not every run is on both"]
     else:
@@ -244,6 +265,12 @@ def summary(result: dict) -> str:
         if result[f"only_{side}"]:
             lines.append(f"only in {side}: {', '.join(result[f'only_{side}'])}")
     return "\n".join(lines + differing_lines(result))
+
+
+def files_checked(result: dict) -> str:
+    """The checkpoint files verify read, each against its chain line (none: nothing)."""
+    count = result.get("checkpoint_files_checked", 0)
+    return f", and {plural(count, 'checkpoint file')} against their chains" if count else ""
 
 
 def where(run: str, found: dict, fields: list[str]) -> str:

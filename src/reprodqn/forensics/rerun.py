@@ -14,6 +14,7 @@ from reprodqn.core.errors import InputError
 from reprodqn.core.events import CheckpointWritten, ProcessRecord
 
 CHAINS = (*workspace.CHAINS.values(), "updates")  # a spot-check also compares the count
+TIMINGS = ("steps_per_second",)  # the one field of a process record that is the machine's
 LOGS = workspace.RUN_LOGS
 SHIPPED_LOGS = "logs"  # beside a shipped resume point: the run's logs as they were there
 
@@ -31,9 +32,7 @@ def shipped_config(
 ) -> RunConfig:
     """The run's config from the reference's own params.yaml (else `fallback`), checked
     against the digest its run directory recorded."""
-    params_path = reference / "params.yaml"
-    if not params_path.exists():
-        params_path = fallback
+    params_path = shipped_params(reference, fallback)
     try:
         config = resolve_run(load_params(params_path, overrides), group, run)
     except InputError as error:  # resolve_run speaks of --group and --run
@@ -55,6 +54,12 @@ def shipped_config(
             + (f": {'; '.join(changed)})" if changed else ")")
         )
     return config
+
+
+def shipped_params(reference: Path, fallback: Path) -> Path:
+    """The reference's own params.yaml, else `fallback` (a reference copy without one)."""
+    params_path = Path(reference) / "params.yaml"
+    return params_path if params_path.exists() else Path(fallback)
 
 
 def shipped_resume_point(reference: Path, group: str, run: int, until: int) -> Path | None:
@@ -117,22 +122,34 @@ def compare_prefix(reference_run: Path, rerun: Path, until: int, after: int = -1
     many were computed here (after `after`, the step of the resume point it started from,
     whose logs hold the records before it)."""
     compared, firsts = 0, []
-    for name, read, keys in (
-        (LOGS[0], workspace.read_hashes, CHAINS),
-        (LOGS[1], workspace.read_process, (workspace.CHAINS["losses"], "updates")),
-    ):
+    for name, read in ((LOGS[0], workspace.read_hashes), (LOGS[1], workspace.read_process)):
         ours = {line["step"]: line for line in read(rerun)}
         for theirs in read(reference_run):
             if theirs["step"] > until:
                 break
             mine = ours.get(theirs["step"])
             compared += theirs["step"] > after
-            differing = [k for k in keys if mine is None or mine.get(k) != theirs.get(k)]
+            differing = _differing_fields(mine, theirs)
             if differing:
                 firsts.append({"file": name, "step": theirs["step"], "fields": differing})
                 break
     first = min(firsts, key=lambda found: found["step"], default=None)  # a tie: the checkpoint
     return {"identical": first is None, "records_compared": compared, "first": first}
+
+
+def _differing_fields(ours: dict | None, theirs: dict) -> list[str]:
+    """The fields of a record that differ, compared by value (a loss, an epsilon, the
+    scores, not only the chains), all but the timings; every field when ours is missing."""
+    others = sorted((set(theirs) | set(ours or {})) - set(TIMINGS) - set(CHAINS) - {"step"})
+    keys = [k for k in CHAINS if k in theirs or k in (ours or {})] + others
+    if ours is None:
+        return [k for k in keys if k in CHAINS] or keys
+    return [k for k in keys if _json_value(ours.get(k)) != _json_value(theirs.get(k))]
+
+
+def _json_value(value):
+    """1 and 1.0 are equal to Python; in a record they are not the same value."""
+    return (type(value).__name__, value) if isinstance(value, int | float) else value
 
 
 def make_resume_point(
@@ -158,3 +175,74 @@ def make_resume_point(
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
     return check
+
+
+def replay_evaluation(
+    reference: Path, config: RunConfig, evaluation, rerun: Path, until: int, episodes: int
+) -> dict | None:
+    """The last checkpoint retrained here (to `until`) that the reference evaluated, played
+    again on its first `episodes` episodes, row by row against the reference's eval.csv;
+    None where the reference evaluated none of them (or `episodes` is 0)."""
+    from dataclasses import asdict
+
+    from reprodqn.evaluation.protocol import Evaluator
+    from reprodqn.evaluation.stage import protocol_episodes
+
+    eval_dir = workspace.eval_dir(reference / workspace.EVALUATIONS, config.group, config.run)
+    if episodes <= 0 or not (eval_dir / workspace.EVAL_CSV).exists():
+        return None
+    shipped: dict[int, list[dict]] = {}
+    for row in workspace.read_eval(eval_dir):
+        shipped.setdefault(int(row["step"]), []).append(row)
+    retrained = [h for h in workspace.read_hashes(rerun) if h["step"] <= until]
+    line = next((h for h in reversed(retrained) if h["step"] in shipped), None)
+    if line is None:
+        return None
+    named = reference / str(evaluation.start_sequences)  # the bundle's own, else the package's
+    protocol, specs, sequences, _, _ = protocol_episodes(
+        config, evaluation, named if named.exists() else None
+    )
+    specs = specs[:episodes]
+    path = workspace.checkpoint_path(rerun, line["step"])
+    with Evaluator(
+        protocol, sequences, 1, config.compute.device, config.compute.deterministic_gpu
+    ) as evaluator:
+        results = next(evaluator.evaluate_many([(path, line["weights_sha256"])], specs))
+    theirs = {int(row["episode"]): row for row in shipped[line["step"]]}
+    first = None
+    for result in results:
+        ours = {k: "" if v is None else str(v) for k, v in asdict(result).items()}
+        row = theirs.get(result.episode, {})
+        differing = [k for k in ours if k != "episode" and row.get(k) != ours[k]]
+        if differing:
+            first = {
+                "episode": result.episode,
+                "fields": differing,
+                "ours": {k: ours[k] for k in differing},
+                "theirs": {k: row.get(k) for k in differing},
+            }
+            break
+    return {"step": line["step"], "episodes": len(results), "first": first}
+
+
+def replayed(played: dict | None) -> str:
+    """The identical verdict's note on the evaluation replayed (none: nothing)."""
+    if played is None:
+        return " (no evaluation replayed: the reference evaluated none of its checkpoints)"
+    return (
+        f", and {played['episodes']} evaluation episodes of step {played['step']} replayed "
+        "give eval.csv's rows"
+    )
+
+
+def replay_difference(run: str, played: dict) -> str:
+    """The verdict when the weights are the reference's but their evaluation is not."""
+    first = played["first"]
+    values = "; ".join(
+        f"{k} ours {first['ours'][k]}, reference {first['theirs'][k]}" for k in first["fields"]
+    )
+    return (
+        f"verify: DIFFERENT: {run} retrained here has the reference's weights and losses, "
+        f"but its checkpoint at step {played['step']} plays episode {first['episode']} "
+        f"otherwise than the reference's eval.csv ({values})"
+    )

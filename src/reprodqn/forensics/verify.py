@@ -8,7 +8,7 @@ from pathlib import Path
 from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
 from reprodqn.core.errors import InputError
-from reprodqn.forensics import chains
+from reprodqn.forensics import chains, checkpoint_files
 from reprodqn.report.analysis import (
     RunResult,
     differs_by_design,
@@ -42,6 +42,7 @@ def check_bundle(reference: Path) -> None:
 
 NOT_TRAINED = "not trained here"  # the "chain" of a run the reference has and ours lacks
 NOT_IN_REFERENCE = "not trained in the reference"  # and of a run ours has and it lacks
+SCORES_ONLY = "scores differ, chains identical"  # an evaluation that is not what they play
 SETTINGS_FIRST = (
     "next: the settings below differ, among them some that change numbers, which alone "
     "part chains; train with the reference's (its params.yaml) before looking for the op"
@@ -63,10 +64,11 @@ def verify(ours: Path, reference: Path, study) -> dict:
     chains.refuse_itself(ours, reference)
     mine = _trained(ours, study, "no trained runs to check", "run the study there first")
     theirs = _trained(reference, study, "no trained runs of this study", "a workspace or bundle")
+    checkpoints = checkpoint_files.check_study((ours, reference), study)  # files, not only chains
     first, compared, evaluated = None, 0, 0
     described: tuple[str, int] | None = None
     by_design = []  # runs whose chains differ, as designed: not a replication failure
-    tally = dict.fromkeys(("identical", "parted", NOT_TRAINED, NOT_IN_REFERENCE), 0)
+    tally = dict.fromkeys(("identical", "parted", SCORES_ONLY, NOT_TRAINED, NOT_IN_REFERENCE), 0)
     for group in mine:
         for a, b in zip(mine[group], theirs[group], strict=True):
             if not a.hashes and not b.hashes:
@@ -76,6 +78,9 @@ def verify(ours: Path, reference: Path, study) -> dict:
                 by_design.append(f"{group}/{a.run}")
                 continue
             compared += 1
+            if found is not None and found["chain"] == "evaluation":
+                if chains.first_difference(a.hashes, b.hashes) is None:
+                    found["chain"] = SCORES_ONLY  # the same weights, other scores
             verdict = "identical" if found is None else found["chain"]
             tally[verdict if verdict in tally else "parted"] += 1
             evaluated += len(set(a.scores) & set(b.scores))
@@ -92,6 +97,7 @@ def verify(ours: Path, reference: Path, study) -> dict:
         "identical": first is None,
         "runs_compared": compared,
         "checkpoints_evaluated_on_both": evaluated,
+        "checkpoint_files_checked": checkpoints,
         "first_divergence": first,
         "differ_by_design": by_design,
         "tally": tally,
@@ -178,15 +184,21 @@ def summary(result: dict) -> str:
                 if evaluated
                 else " (no checkpoint is evaluated on both sides: scores not compared)"
             )
+            + chains.files_checked(result)
         ]
     else:
         first = result["first_divergence"]
         counts = [f"{n} {verdict}" for verdict, n in result.get("tally", {}).items() if n]
-        lines = [f"verify: DIFFERENT: {_where(first)}", _isa_line(result)]
-        lines.insert(1, f"of {chains.plural(result['runs_compared'], 'run')}: {', '.join(counts)}")
+        lines = [
+            f"verify: DIFFERENT: {_where(first)}",
+            f"of {chains.plural(result['runs_compared'], 'run')}: {', '.join(counts)}",
+            *_isa_line(result),
+        ]
         if result.get("digests_differ"):
             lines.append(SETTINGS_FIRST)
-        elif first["chain"] not in (NOT_TRAINED, NOT_IN_REFERENCE, "length", "step", "evaluation"):
+        elif first["chain"] not in (
+            *(NOT_TRAINED, NOT_IN_REFERENCE, SCORES_ONLY, "length", "step", "evaluation"),
+        ):
             lines.append(NEXT)
     return "\n".join(lines + _besides(result, all_conditions=True))
 
@@ -195,6 +207,12 @@ def _where(d: dict) -> str:
     run = f"{d['group']}/{d['run']}"
     if d["chain"] in (NOT_TRAINED, NOT_IN_REFERENCE):
         return f"{run} is {d['chain']} (the other side has it)"
+    if d["chain"] == SCORES_ONLY:
+        return (
+            f"{run} has the same weights and losses on both sides, but its eval.csv scores "
+            f"differ at checkpoint step {d['step']} (one side's evaluation is not what these "
+            "weights play: evaluated otherwise, or edited)"
+        )
     where = chains.where(run, d, d["chain"].split(", "))
     if "process" in d:
         first, last = d["process"]["updates"]
@@ -202,9 +220,12 @@ def _where(d: dict) -> str:
     return where
 
 
-def _isa_line(result: dict) -> str:
+def _isa_line(result: dict) -> list[str]:
+    """Each side's CPU instruction set, where they differ (none where they match)."""
     isa = result["cpu_isa"]
-    return f"CPU instruction set: ours {isa['ours']}; reference {isa['reference']}"
+    if isa["ours"] == isa["reference"]:
+        return []
+    return [f"CPU instruction set: ours {isa['ours']}; reference {isa['reference']}"]
 
 
 def _besides(result: dict, all_conditions: bool) -> list[str]:
@@ -222,10 +243,13 @@ def _besides(result: dict, all_conditions: bool) -> list[str]:
     return lines
 
 
-def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
+def spot_check(
+    reference: Path, config, until: int, scratch: Path, evaluation=None, episodes: int = 0
+) -> dict:
     """Retrain one shipped run (its config from `rerun.shipped_config`) up to `until` here,
     from the resume point the reference ships for it if any, and compare the prefix of its
-    chains with the shipped ones."""
+    chains and process records with the shipped ones; with `evaluation` (params'), replay
+    `episodes` episodes of its last retrained checkpoint against the shipped eval.csv."""
     from reprodqn.core.progress import RunProgress
     from reprodqn.determinism import numerics
     from reprodqn.forensics import rerun
@@ -245,6 +269,7 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
     if until > config.train.steps:
         raise InputError(f"--until {until}: the run has only {config.train.steps} steps")
     reference_run = workspace.run_dir(reference / workspace.RUNS, group, run)
+    checkpoint_files.check_run(reference_run)  # what the reference ships, against its chain
     resume_dir = rerun.shipped_resume_point(reference, group, run, until)
     start = (0 if resume_dir is None else workspace.latest_resume_step(resume_dir)) or 0
     # two phases, as a training run: a rate measured while the replay fills promises an early end
@@ -260,6 +285,9 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
         reference_run=reference_run,
     )
     result = rerun.compare_prefix(reference_run, Path(scratch), until, after=start or -1)
+    if evaluation is not None and result["identical"]:  # the weights are the reference's
+        played = rerun.replay_evaluation(reference, config, evaluation, scratch, until, episodes)
+        result.update(evaluation=played, identical=played is None or played["first"] is None)
     ours = read_json(Path(scratch) / workspace.CONDITIONS, "conditions record")
     theirs_path = reference_run / workspace.CONDITIONS
     theirs = read_json(theirs_path, "conditions record") if theirs_path.exists() else ours
@@ -271,24 +299,30 @@ def spot_check(reference: Path, config, until: int, scratch: Path) -> dict:
 
 def spot_check_summary(result: dict) -> str:
     """What verify --rerun prints."""
+    from reprodqn.forensics import rerun
+
     origin = (
         f"from the shipped resume point at step {result['from_step']}"
         if result["from_step"]
         else "from scratch"
     )
+    played = result.get("evaluation")
     if result["identical"]:
         lines = [
             f"verify: identical: {result['run']} retrained {origin} to step "
             f"{result['until']}; the {chains.plural(result['records_compared'], 'record')} "
-            "it computed (checkpoints and process logs) match the reference's"
+            "it computed (checkpoints and process logs, by value) match the reference's"
+            + rerun.replayed(played)
         ]
+    elif result.get("first") is None and played is not None:
+        lines = [rerun.replay_difference(result["run"], played)]
     else:
         first = result["first"]
         lines = [
             f"verify: DIFFERENT: {result['run']} retrained {origin} leaves the "
             f"reference at step {first['step']} ({first['file']}: "
             f"{', '.join(first['fields'])})",
-            _isa_line(result),
+            *_isa_line(result),
             NEXT,
         ]
     return "\n".join(lines + _besides(result, all_conditions=False))

@@ -21,13 +21,12 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from reprodqn.core import run_lock, workspace
+from reprodqn.core import packaged, pipelines, run_lock, workspace
 from reprodqn.core.atomic import atomic_open
 from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
-from reprodqn.core.packaged import package_files
 from reprodqn.determinism import provenance
-from reprodqn.report import citation, readme
+from reprodqn.report import citation, readme, signing, wheel
 
 PROJECT_FILES = (
     "README.md",
@@ -71,7 +70,7 @@ def is_checkout(root: Path) -> bool:
 
 def _tracked(root: Path) -> list[Path]:
     """Git-tracked project files when git knows them, else the project's own layout; in a
-    workspace, only its own files (its code is the installed package: installed_code)."""
+    workspace, only its own files (its code is the installed package: code_files)."""
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, timeout=20
@@ -118,16 +117,22 @@ def collect(root: Path, checkpoints: bool) -> list[Path]:
     return sorted(f for f in files if (root / f).is_file())
 
 
-def write(root: Path, out: Path, checkpoints: bool) -> dict:
+def write(root: Path, out: Path, checkpoints: bool, sign: Path | None = None) -> dict:
     """The archive, and beside it the CITATION.cff and ro-crate-metadata.json it holds
     (what an archive such as Zenodo reads from an upload) and its own SHA-256 (OUT.sha256,
-    sha256sum's format)."""
+    sha256sum's format). With `sign` (an OpenSSH private key), the manifest is signed and
+    the key's public half shipped (report.signing)."""
     root, out = Path(root), Path(out)
     if out.is_dir():
         raise InputError(f"--out {out}: a directory; give the archive's path (e.g. {out}/x.tar.gz)")
     files = collect(root, checkpoints)
     contents: dict[str, bytes | None] = {f.as_posix(): None for f in files}  # None: on disk
-    contents.update(installed_code(root))
+    contents.update(code_files(root, "requirements.lock" in contents))
+    contents.update(safe_pipelines(root, contents))
+    for stale in (workspace.SIGNATURE, workspace.SIGNER):  # a workspace's: never its signature
+        contents.pop(stale, None)
+    if sign is not None:
+        contents[workspace.SIGNER] = signing.public_key(sign)  # who signs, itself signed
     contents[readme.NAME] = readme.text(root, is_checkout(root)).encode()
     # each file read for its hash once: the manifest and the crate share them (checkpoints
     # and resume points run to gigabytes)
@@ -135,7 +140,9 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
     described = metadata(root, contents, hashes)
     contents.update(described)
     hashes.update({name: sha256_bytes(data) for name, data in described.items()})
-    contents[MANIFEST] = manifest_text(hashes).encode()
+    manifest = contents[MANIFEST] = manifest_text(hashes).encode()
+    if sign is not None:
+        contents[workspace.SIGNATURE] = signing.sign(manifest, sign)
     try:
         _write_archive(root, out, contents)
         for name in METADATA:
@@ -151,13 +158,14 @@ def write(root: Path, out: Path, checkpoints: bool) -> dict:
 
 def _write_archive(root: Path, out: Path, contents: dict[str, bytes | None]) -> None:
     """The tar.gz, streamed file by file (checkpoints and resume points run to gigabytes);
-    the manifest last, as sha256sum -c reads it."""
+    the manifest last, as sha256sum -c reads it, then its signature."""
     with (
         atomic_open(out, "wb") as handle,
         gzip.GzipFile(fileobj=handle, mode="wb", mtime=0, filename="") as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
-        for name in [*sorted(set(contents) - {MANIFEST}), MANIFEST]:
+        last = [name for name in (MANIFEST, workspace.SIGNATURE) if name in contents]
+        for name in [*sorted(set(contents) - set(last)), *last]:
             held = contents[name]
             if held is None:
                 try:
@@ -171,6 +179,25 @@ def _write_archive(root: Path, out: Path, contents: dict[str, bytes | None]) -> 
                     tar.addfile(_info(f"{ROOT}/{name}", size), source)
             else:
                 tar.addfile(_info(f"{ROOT}/{name}", len(held)), io.BytesIO(held))
+
+
+PIPELINE_FILES = (("dvc.yaml", True), ("start_sequences/dvc.yaml", False))  # (name, root)
+DVC_FILES = ((".dvc/config", "dvc-config"), (".dvcignore", "dvcignore"))  # (name, package's)
+
+
+def safe_pipelines(root: Path, contents: dict[str, bytes | None]) -> dict[str, bytes]:
+    """The pipelines as a bundle ships them (core.pipelines.bundle_pipeline: no src/ paths,
+    every output kept, so `dvc repro` inside the unpacked bundle deletes nothing and its
+    first command says what to run instead), with DVC's config so that DVC runs there."""
+    shipped = {
+        name: pipelines.bundle_pipeline((root / name).read_text(), is_root).encode()
+        for name, is_root in PIPELINE_FILES
+        if name in contents
+    }
+    for name, packaged_name in DVC_FILES:
+        if name not in contents:
+            shipped[name] = packaged.data_path(packaged_name).read_bytes()
+    return shipped
 
 
 # a reference copy (reference/laptop/) holds the results and what made them, not the code:
@@ -221,15 +248,17 @@ def write_reference(root: Path, out: Path) -> dict:
     return {"files": len(files), "bytes": sum((out / f).stat().st_size for f in files)}
 
 
-INSTALLED_CODE = "code/reprodqn"  # a workspace's code: the installed package, as it ran
+INSTALLED_CODE = f"{wheel.CODE_DIR}/reprodqn"  # a workspace's code: the installed package
 
 
-def installed_code(root: Path) -> dict[str, bytes]:
-    """In a workspace (not a checkout), the installed package's files, so the archive holds
-    the code that made its results."""
+def code_files(root: Path, lock_shipped: bool) -> dict[str, bytes]:
+    """The package as a wheel (report.wheel), so a reader installs it from the archive;
+    in a workspace (not a checkout, whose code is its own src/) the wheel's contents too,
+    under code/, the code that made its results; and the lock where none is shipped."""
+    added = wheel.bundled(root, lock_shipped)
     if is_checkout(root):
-        return {}
-    return {f"{INSTALLED_CODE}/{name}": path.read_bytes() for name, path in package_files().items()}
+        return {name: data for name, data in added.items() if not name.startswith("code/")}
+    return added
 
 
 def metadata(
@@ -267,15 +296,13 @@ def _info(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
-def check_manifest(directory: Path) -> list[str]:
-    """Files of an unpacked bundle whose SHA-256 does not match its manifest, then files
-    under the folders verify reads that the manifest does not list; a line that is not
-    `SHA-256  relative/path` is one line naming it."""
-    directory = Path(directory)
-    manifest = directory / MANIFEST
+def read_manifest(directory: Path) -> dict[str, str]:
+    """An unpacked bundle's manifest, SHA-256 by name; a line that is not `SHA-256
+    relative/path` is one line naming it."""
+    manifest = Path(directory) / MANIFEST
     if not manifest.exists():
         raise InputError(f"{manifest}: not found (not an unpacked reprodqn bundle?)")
-    bad, listed = [], set()
+    listed = {}
     for number, line in enumerate(manifest.read_text().splitlines(), 1):
         if not line.strip():
             continue
@@ -289,14 +316,24 @@ def check_manifest(directory: Path) -> list[str]:
             raise InputError(
                 f"{manifest}: line {number} is not 'SHA-256  path inside the bundle' (corrupted?)"
             )
-        listed.add(name)
-        path = directory / name
-        if not path.is_file() or sha256_file(path) != digest:
-            bad.append(name)
+        listed[name] = digest
+    return listed
+
+
+def check_manifest(directory: Path) -> list[str]:
+    """Files of an unpacked bundle whose SHA-256 does not match its manifest, then files
+    under the folders verify reads that the manifest does not list."""
+    directory = Path(directory)
+    listed = read_manifest(directory)
+    bad = [
+        name
+        for name, digest in listed.items()
+        if not (directory / name).is_file() or sha256_file(directory / name) != digest
+    ]
     held = {  # where verify reads: a file there that no one listed would be compared unchecked
         path.relative_to(directory).as_posix()
         for folder in (workspace.RUNS, workspace.EVALUATIONS, workspace.RESULTS)
         for path in (directory / folder).rglob("*")
         if path.is_file() and "__pycache__" not in path.parts
     }
-    return bad + [f"{name} (not in the manifest)" for name in sorted(held - listed)]
+    return bad + [f"{name} (not in the manifest)" for name in sorted(held - set(listed))]

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from reprodqn.config.study import GROUP_NAMES
-from reprodqn.core.atomic import write_json, write_text
+from reprodqn.core.atomic import write_text
 from reprodqn.evaluation import blindness
 from reprodqn.report import html
 from reprodqn.report.analysis import (
@@ -103,44 +104,43 @@ def _metrics(table: dict, replicability: dict, parting: dict) -> dict:
     }
 
 
-def write_report(
+def report_arguments(params, root: Path) -> dict:
+    """What the report says besides the runs, from a study's params and its audit record:
+    the same for the report stage and for `verify BUNDLE`, which rebuilds the report."""
+    from reprodqn.config.explain import departures
+    from reprodqn.config.variants import algorithm_name
+    from reprodqn.core import workspace
+    from reprodqn.core.atomic import read_json
+
+    audit_path = Path(root) / workspace.RESULTS / workspace.AUDIT
+    return {
+        "scale_note": scale_note(params),
+        "audit": read_json(audit_path, "audit record") if audit_path.exists() else None,
+        "algorithm": algorithm_name(params),
+        "optimizer": params.agent.optimizer,
+        "departures": departures(params),
+        "game": params.env.game,
+    }
+
+
+def report_texts(
     study,
-    out_dir: Path,
     scale_note: str = "",
     audit: dict | None = None,
     algorithm: str = "DQN",
     optimizer: str = "rmsprop",
     departures: Sequence[dict] = (),
     game: str = "breakout",
-) -> dict:
-    """Table 1, figures, variance tests and the report (markdown and HTML) of a study;
+) -> dict[str, str]:
+    """Every report file but the figures and the HTML page, by name, as written: Table 1,
+    learning curves, variance tests, the verdict, where groups part, metrics, report.md.
     `departures`: config.explain.departures of its params, named in the report."""
-    out_dir = Path(out_dir)
     table = table1(study)
     tests = variance_tests(study)
     replicability = verdict(study)
     device = device_statement(study)
     parting = group_divergence(study)
-    total = max(
-        (h[-1]["step"] for runs in study.values() for r in runs if (h := r.hashes)), default=0
-    )
     labels = device["group_labels"]
-    figures = (
-        figure1(study, out_dir, labels)
-        + start_state_figures(study, out_dir)
-        + divergence_figure(parting, total, out_dir, labels)
-        + probe_figure(study, out_dir)
-    )
-
-    write_text(out_dir / "table1.csv", table1_csv(table))
-    write_text(out_dir / "table1.md", table1_markdown(table, labels) + "\n")
-    write_text(out_dir / "learning_curves.csv", learning_curves_csv(study))
-    write_text(out_dir / "learning_curves_runs.csv", learning_curves_runs_csv(study))
-    write_json(out_dir / "variance_tests.json", tests)
-    write_json(out_dir / "replicability.json", {**replicability, "device": device})
-    write_json(out_dir / "divergence.json", parting)
-    metrics = _metrics(table, replicability, parting)
-    write_json(out_dir / "metrics.json", metrics)
     markdown = report_markdown(
         study,
         table,
@@ -155,6 +155,41 @@ def write_report(
         departure_lines(departures),
         game,
     )
-    write_text(out_dir / "report.md", markdown)
-    write_text(out_dir / "report.html", html.render(markdown, out_dir))
-    return {"metrics": metrics, "figures": [str(p) for p in figures]}
+    return {
+        "table1.csv": table1_csv(table),
+        "table1.md": table1_markdown(table, labels) + "\n",
+        "learning_curves.csv": learning_curves_csv(study),
+        "learning_curves_runs.csv": learning_curves_runs_csv(study),
+        "variance_tests.json": _json(tests),
+        "replicability.json": _json({**replicability, "device": device}),
+        "divergence.json": _json(parting),
+        "metrics.json": _json(_metrics(table, replicability, parting)),
+        "report.md": markdown,
+    }
+
+
+def _json(value) -> str:
+    return json.dumps(value, indent=2, sort_keys=True) + "\n"  # as core.atomic.write_json
+
+
+def write_report(study, out_dir: Path, **arguments) -> dict:
+    """Table 1, figures, variance tests and the report (markdown and HTML) of a study
+    (`arguments`: report_texts's, report_arguments gives a study's)."""
+    out_dir = Path(out_dir)
+    texts = report_texts(study, **arguments)
+    device = device_statement(study)
+    parting = group_divergence(study)
+    total = max(
+        (h[-1]["step"] for runs in study.values() for r in runs if (h := r.hashes)), default=0
+    )
+    labels = device["group_labels"]
+    figures = (
+        figure1(study, out_dir, labels)
+        + start_state_figures(study, out_dir)
+        + divergence_figure(parting, total, out_dir, labels)
+        + probe_figure(study, out_dir)
+    )
+    for name, text in texts.items():
+        write_text(out_dir / name, text)
+    write_text(out_dir / "report.html", html.render(texts["report.md"], out_dir))
+    return {"metrics": json.loads(texts["metrics.json"]), "figures": [str(p) for p in figures]}

@@ -11,14 +11,13 @@ package reruns what it computes and nothing else changes a stage's inputs."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from reprodqn.core import packaged, workspace
+from reprodqn.core import packaged
 from reprodqn.core.atomic import atomic_open, write_json
 from reprodqn.core.errors import InputError
+from reprodqn.core.pipelines import INSTALLED_RECORD, workspace_pipeline
 
-INSTALLED_RECORD = (workspace.RESULTS / workspace.INSTALLED).as_posix()
 # (the package's file, where it goes in the workspace)
 COPIED = (
     (("params.yaml",), "params.yaml"),
@@ -40,52 +39,10 @@ PIPELINES = (
     (("pipeline.yaml",), "dvc.yaml"),
     (("start_sequences", "pipeline.yaml"), "start_sequences/dvc.yaml"),
 )
-SOURCE_DEP = re.compile(r"^(\s+)- src/reprodqn/\S+\.py\n", re.MULTILINE)
-INSTALLED_STAGE = f"""\
-  installed:  # the reprodqn this workspace runs: always re-read, like the conditions
-    cmd: reprodqn installed
-    always_changed: true
-    outs:
-      - {INSTALLED_RECORD}: {{cache: false}}
-
-"""
 
 
 def installed_record() -> dict:
     return {"version": packaged.version(), "source_sha256": packaged.source_digest()}
-
-
-def workspace_pipeline(text: str, root: bool) -> str:
-    """A checkout's pipeline for an installed package: each stage's run of package-module
-    deps becomes one dep on the installed record; the root pipeline gains the stage that
-    writes it."""
-
-    def one_dep(match: re.Match) -> str:
-        return f"{match.group(1)}- {INSTALLED_RECORD}\n"
-
-    stages = re.split(r"(?m)^(?=  \S)", text)  # the header, then one chunk per stage
-    rewritten = [stages[0]] + [_collapse(chunk, one_dep) for chunk in stages[1:]]
-    if not root:  # its own header says where it runs and when
-        return "".join(rewritten)
-    header = (
-        f"# The study as a DVC pipeline, made by `reprodqn init` (reprodqn {packaged.version()})"
-        ": `dvc repro`\n# runs it from params.yaml with the installed package. Each stage "
-        "declares the params\n# and data it uses, and "
-        f"{INSTALLED_RECORD} for the package's code, so upgrading\n# reprodqn or changing a "
-        "knob reruns only what depends on it.\n\n"
-    )
-    if not stages[0].rstrip().endswith("stages:"):
-        raise ValueError("the package's dvc.yaml must begin with its stages")
-    return header + "stages:\n" + INSTALLED_STAGE + "".join(rewritten[1:])
-
-
-def _collapse(chunk: str, one_dep) -> str:
-    """A stage's package-module deps replaced by one dep, where the first of them stood."""
-    first = SOURCE_DEP.search(chunk)
-    if first is None:
-        return chunk
-    rest = SOURCE_DEP.sub("", chunk[first.end() :])
-    return chunk[: first.start()] + one_dep(first) + rest
 
 
 def init(directory: Path) -> list[str]:

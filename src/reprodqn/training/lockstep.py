@@ -78,6 +78,7 @@ class LockstepRun(RunState):
             learning_starts=config.replay.learning_starts,
             reward_clip=env_cfg.reward_clip,
             reduction_order=config.compute.cpu_reduction_order,
+            numerics=config.compute.numerics,
         )
         self.start_counters()
         self.episode_steps = [0] * n

@@ -48,6 +48,7 @@ from reprodqn.dqn.replay import ReplayMemory
 from reprodqn.training.atari import FrameHistory, TrainingEnv
 from reprodqn.training.lockstep import LockstepRun
 from reprodqn.training.run_state import Accumulators, RunState
+from reprodqn.universal.record import universal_record
 
 # ---------------------------------------------------------------------------------------------
 # The run
@@ -107,6 +108,7 @@ class Run(RunState):
             reward_clip=env_cfg.reward_clip,
             priority_config=config.priority if config.replay.prioritized else None,
             reduction_order=config.compute.cpu_reduction_order,
+            numerics=config.compute.numerics,
         )
         if config.compute.cuda_graphs:
             self.agent.graphs = cuda_graphs(self.replay, self.agent, device)
@@ -228,6 +230,7 @@ def _train(config: RunConfig, run_dir: Path, restart: bool, until: int | None) -
     device, applied = numerics.configure(
         config.compute.device, config.compute.threads, config.compute.deterministic_gpu
     )
+    applied |= numerics.configure_universal(config.compute.numerics, config.compute.threads)
     conditions = provenance.collect(config.compute)
     prepare_run_dir(config, run_dir, restart, conditions["fingerprint"])
     if (run_dir / workspace.COMPLETE).exists():
@@ -372,6 +375,7 @@ def _checkpoint(run: RunState) -> CheckpointWritten:
             "history_length": str(run.config.env.history_length),
             "screen_size": str(run.config.env.screen_size),
             **({"dueling": "True"} if run.config.agent.dueling else {}),  # absent: a plain Q head
+            **universal_record(run.config.compute.numerics),  # absent: standard
         },
     )
     path = workspace.checkpoint_path(run.dir, run.step)

@@ -58,7 +58,8 @@ class RunState:
     def start_counters(self) -> None:
         self.step = 0
         self.updates = 0
-        self.chain = HashChain(self.dir)  # hashes.jsonl and checkpoints/, as any script's
+        # hashes.jsonl and checkpoints/, as any script's; a universal chain says so per line
+        self.chain = HashChain(self.dir, self.config.compute.numerics)
         self.pending_losses: list[torch.Tensor] = []
         self.acc = Accumulators()
 

@@ -1,0 +1,113 @@
+"""What the universal numerics mode costs: the training loop (the Nature network, batch 32,
+an update every 4 agent steps, epsilon annealed, the emulator included) in the standard
+mode and in the universal mode, each a `reprodqn train` process at 1 thread, alternating
+round by round so a drift in machine speed hits both alike; then the batched evaluation
+forward (16 states, the protocol's chunk) in this process. Prints each mode's agent steps
+per second (the median after annealing, from process.jsonl) and, last,
+`ratio X.XX`: universal / standard.
+
+    .venv/bin/python bench/universal_numerics.py [--rounds 2] [--steps 2400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = {"standard": [], "universal": ["compute.numerics=universal"]}
+
+
+def loop_rate(mode: str, steps: int) -> float:
+    """Median agent steps/s of one run's log records after annealing."""
+    overrides = [
+        "env.resize=linear_exact",
+        "replay.learning_starts=400",
+        "replay.capacity=10000",
+        "agent.epsilon_decay_steps=400",
+        f"train.steps={steps}",
+        "train.log_every=200",
+        f"train.checkpoint_every={steps}",
+        f"train.resume_every={steps}",
+        *MODES[mode],
+    ]
+    with tempfile.TemporaryDirectory() as runs:
+        argv = [
+            sys.executable,
+            "-m",
+            "reprodqn.cli",
+            "train",
+            "--group",
+            "deterministic",
+            "--run",
+            "0",
+            "--params",
+            str(ROOT / "params.yaml"),
+            "--runs-dir",
+            runs,
+        ]
+        for item in overrides:
+            argv += ["--set", item]
+        env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}", "PYTHONHASHSEED": "0"}
+        subprocess.run(argv, check=True, capture_output=True, env=env, cwd=runs)
+        records = [
+            json.loads(line)
+            for line in (Path(runs) / "deterministic" / "0" / "process.jsonl").open()
+        ]
+    annealed = [r["steps_per_second"] for r in records if r["step"] > 800]
+    return statistics.median(annealed)
+
+
+def forward_rate(numerics: str, rounds: int = 20) -> float:
+    """Batched evaluation forwards (16 states) per second."""
+    import numpy as np
+    import torch
+
+    from reprodqn.dqn.network import build_q_network
+
+    torch.set_num_threads(1)
+    net = build_q_network("nature", 4, 4, 84, torch.Generator().manual_seed(1), numerics=numerics)
+    states = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (16, 4, 84, 84), np.uint8))
+    with torch.inference_mode():
+        net(states)
+        started = time.perf_counter()
+        for _ in range(rounds):
+            net(states)
+    return rounds / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=2400)
+    args = parser.parse_args()
+    rates: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for round_ in range(args.rounds):
+        for mode in MODES:
+            rates[mode].append(loop_rate(mode, args.steps))
+            print(f"round {round_ + 1}: {mode} {rates[mode][-1]:.1f} agent steps/s", flush=True)
+    from reprodqn.universal import cpu
+
+    cpu.set_threads(1)
+    forward = {mode: forward_rate(mode) for mode in MODES}
+    print(
+        f"evaluation forward (16 states): standard {forward['standard']:.1f}/s, universal "
+        f"{forward['universal']:.1f}/s, ratio {forward['universal'] / forward['standard']:.2f}"
+    )
+    standard, universal = (statistics.median(rates[m]) for m in MODES)
+    print(
+        f"training loop after annealing: standard {standard:.1f}, universal {universal:.1f} "
+        "agent steps/s (1 thread)"
+    )
+    print(f"ratio {universal / standard:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The universal numerics mode's share of DQN and Double DQN, as mixins the agent classes
+put first: the greedy choice, the TD target and the loss in reprodqn.universal's
+arithmetic, and torch watched (universal.guard) while an update or a greedy action runs, so
+no float op slips onto torch's kernels. Uniform replay and 1-step targets
+(compute.check_universal)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from reprodqn.universal import learning
+from reprodqn.universal.guard import UniversalOnly
+
+
+class UniversalLearning:
+    """DQN's acting and update in the universal mode (on a DQNAgent)."""
+
+    online: torch.nn.Module
+    target: torch.nn.Module
+
+    @torch.inference_mode()
+    def greedy_action(self, state: np.ndarray) -> int:
+        frames = torch.from_numpy(state).unsqueeze(0)
+        with UniversalOnly():
+            return int(learning.greedy_actions(self.online(frames))[0])
+
+    def next_values(self, next_states: torch.Tensor) -> np.ndarray:
+        return learning.max_q(self.target(next_states))
+
+    def update_with_td_errors(self, batch, weights=None):
+        """One optimizer step on a uniform minibatch; the loss (the TD errors are the
+        prioritized rule's, which this mode refuses). The gpu group's random reduction
+        order permutes the rows first, as the standard agent does."""
+        batch, _, _ = self.reordered(batch, None)
+        states, next_states, actions, rewards, not_terminal, _ = self.on_device(batch)
+        config = self.config
+        with UniversalOnly():
+            with torch.no_grad():
+                next_q = self.next_values(next_states)
+                targets = learning.td_target(
+                    rewards, next_q, not_terminal, config.discount, config.target_dtype
+                )
+            q_all = self.online(states)
+            loss = learning.q_loss(q_all, actions, targets, config.loss, config.loss_reduction)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+        return loss.detach(), torch.empty(0)
+
+
+class UniversalDoubleLearning(UniversalLearning):
+    """Double DQN's target in the universal mode: the online network's first greedy
+    action, valued by the target network."""
+
+    def next_values(self, next_states: torch.Tensor) -> np.ndarray:
+        best = learning.greedy_actions(self.online(next_states))
+        values = self.target(next_states).numpy()
+        return values[np.arange(len(best)), best]

@@ -1,0 +1,136 @@
+"""The universal mode's watch over torch: while it is on, any aten op that computes a
+floating-point value is refused, naming the op, so nothing runs silently on torch's own
+kernels (whose bits change with the CPU, the GPU and torch's version). Ops that only
+store, move, select or compare values (views, copies, indexing, fills, comparisons) and
+integer arithmetic pass; the layers' arithmetic never reaches torch at all.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from reprodqn.universal.errors import NumericsError
+
+# ops whose floating-point outputs are copies, selections or constants of their inputs
+MOVING = {
+    "_to_copy",
+    "alias",
+    "as_strided",
+    "cat",
+    "clone",
+    "copy",
+    "copy_",
+    "detach",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "expand",
+    "fill",
+    "fill_",
+    "flatten",
+    "gather",
+    "index",
+    "index_select",
+    "lift_fresh",
+    "masked_fill",
+    "masked_fill_",
+    "new_empty",
+    "new_empty_strided",
+    "new_zeros",
+    "ones",
+    "ones_like",
+    "permute",
+    "reshape",
+    "select",
+    "set_",
+    "slice",
+    "split",
+    "squeeze",
+    "stack",
+    "t",
+    "transpose",
+    "unbind",
+    "unsqueeze",
+    "view",
+    "zero_",
+    "zeros",
+    "zeros_like",
+    "_unsafe_view",
+    "_reshape_alias",
+    "contiguous",
+    "scalar_tensor",
+    "lift_fresh_copy",
+    "_local_scalar_dense",
+    "resize_",
+    "unfold",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "argmax",
+    "max",
+    "logical_not",
+    "bitwise_not",
+    "isnan",
+    "any",
+    "all",
+    "where",
+    "_has_compatible_shallow_copy_type",
+    "randint",
+    "_make_dep_token",
+    "item",
+    "equal",
+    "sort",
+}
+MOVING |= {
+    "resolve_conj",
+    "resolve_neg",
+    "conj",
+    "_conj",
+    "is_same_size",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "sym_storage_offset",
+    "is_nonzero",
+    "result_type",
+}
+CONVERTING = {"to", "_to_copy"}  # a move unless it rounds to another float type
+
+
+def _floating(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+class UniversalOnly(TorchDispatchMode):
+    """Refuse every floating-point op that is not a move, a selection or a comparison."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if name in CONVERTING:
+            result = func(*args, **kwargs)
+            source = args[0]
+            if _floating(result) and _floating(source) and result.dtype != source.dtype:
+                raise NumericsError(
+                    f"compute.numerics universal: torch would round {source.dtype} to "
+                    f"{result.dtype} (aten.{name}), which the universal mode does not cover"
+                )
+            return result
+        if name not in MOVING and name.rstrip("_") not in MOVING:
+            tensors = [*args, *kwargs.values()]
+            nested = [
+                t
+                for value in tensors
+                for t in (value if isinstance(value, list | tuple) else [value])
+            ]
+            if any(_floating(t) for t in nested):
+                raise NumericsError(
+                    f"compute.numerics universal: torch's aten.{name} "
+                    "would compute floats the universal mode does not cover (write it with "
+                    "reprodqn.universal's layers, or use numerics standard)"
+                )
+        return func(*args, **kwargs)

@@ -1,0 +1,109 @@
+"""The universal mode's Q-learning arithmetic: the greedy choice, the TD target, and the
+loss of Q(s, a) with its gradient, each in the spec's order (docs/universal-numerics.md).
+Small (a minibatch's 32 values), so written with numpy's elementwise operations, each one
+correctly rounded IEEE-754 operation per element on every machine, and explicit loops
+wherever a sum or a choice has an order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from reprodqn.universal.errors import NumericsError
+from reprodqn.universal.layers import _checked, _host
+
+f32, f64 = np.float32, np.float64
+
+
+def first_max(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's maximum and the first index holding it: a later value wins only if it is
+    greater (so -0 after +0 loses)."""
+    best, index = values[:, 0].copy(), np.zeros(len(values), np.int64)
+    for column in range(1, values.shape[1]):
+        greater = values[:, column] > best
+        best = np.where(greater, values[:, column], best)
+        index = np.where(greater, column, index)
+    return best, index
+
+
+def greedy_actions(q: torch.Tensor) -> np.ndarray:
+    return first_max(_host(q, "Q-values"))[1]
+
+
+def max_q(q: torch.Tensor) -> np.ndarray:
+    return first_max(_host(q, "Q-values"))[0]
+
+
+def td_target(rewards, next_q: np.ndarray, not_terminal, gamma: float, dtype: str) -> torch.Tensor:
+    """float64 (the authors'): fl32(fl64(r) + fl64(fl64(gamma * q) * nt)); float32: the same
+    operations in binary32."""
+    r = np.asarray(rewards.numpy() if isinstance(rewards, torch.Tensor) else rewards)
+    nt = np.asarray(
+        not_terminal.numpy() if isinstance(not_terminal, torch.Tensor) else not_terminal
+    )
+    kind: type[np.floating] = f64 if dtype == "float64" else f32
+    scaled: np.ndarray = np.multiply(kind(gamma), next_q.astype(kind))
+    target = r.astype(kind) + scaled * nt.astype(kind)
+    return _checked(target.astype(f32), "TD target")
+
+
+def _sum_ascending(terms: np.ndarray) -> np.float32:
+    total = f32(0.0)
+    for term in terms:
+        total = f32(total + term)
+    return total
+
+
+class _LossFunction(torch.autograd.Function):
+    """Huber (z < 1: 0.5 z * z, else z - 0.5, z = |y - t|) or squared error, summed in sample
+    order from +0 (a sample's terms in row order), divided by the count for the mean. A
+    term's gradient: Huber's clip(y - t, -1, 1), the squared error's 2 (y - t), divided by
+    the count for the mean. With `actions`, y is the row's value at its action and the
+    gradient is placed there, +0 elsewhere (Q(s, a))."""
+
+    @staticmethod
+    def forward(ctx, values, actions, targets, loss: str, reduction: str):
+        rows = _host(values, "predictions")
+        chosen = rows if actions is None else rows[np.arange(len(rows)), actions.numpy()]
+        delta = (chosen - _host(targets, "targets")).reshape(-1)
+        if loss == "huber":
+            size = np.abs(delta)
+            per_sample = np.where(size < 1, (f32(0.5) * size) * size, size - f32(0.5))
+            slope = np.where(size < 1, delta, np.copysign(f32(1.0), delta)).astype(f32)
+        elif loss in ("mse", "squared"):
+            per_sample, slope = delta * delta, f32(2.0) * delta
+        else:
+            raise NumericsError(f"compute.numerics universal: no loss {loss!r} (huber or mse)")
+        total = _sum_ascending(per_sample.astype(f32))
+        count = f32(len(delta))
+        if reduction == "mean":
+            total, slope = f32(total / count), (slope / count).astype(f32)
+        ctx.slope, ctx.shape = slope, rows.shape
+        ctx.actions = None if actions is None else actions.numpy()
+        return _checked(np.asarray(total, f32), f"{loss} loss")
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        if float(grad_out) != 1.0:
+            raise NumericsError("compute.numerics universal: the loss must be the last op")
+        if ctx.actions is None:
+            grad = ctx.slope.reshape(ctx.shape)
+        else:
+            grad = np.zeros(ctx.shape, f32)
+            grad[np.arange(len(grad)), ctx.actions] = ctx.slope
+        return torch.from_numpy(np.ascontiguousarray(grad)), None, None, None, None
+
+
+def q_loss(
+    q_all: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor, loss: str, reduction: str
+) -> torch.Tensor:
+    """The loss of Q(s, a) against the targets, differentiable into the network."""
+    return _LossFunction.apply(q_all, actions, targets, loss, reduction)
+
+
+def regression_loss(
+    predictions: torch.Tensor, targets: torch.Tensor, loss: str = "mse", reduction: str = "mean"
+) -> torch.Tensor:
+    """Huber or squared error of predictions against targets of the same shape."""
+    return _LossFunction.apply(predictions, None, targets, loss, reduction)

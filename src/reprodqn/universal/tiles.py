@@ -1,0 +1,127 @@
+"""The universal product's register tile: LLVM IR with explicit vectors, compiled by llvmlite
+(numba's own LLVM) for this CPU at first use.
+
+A tile is MR rows by V vectors of W lanes of C, each lane one output: for k ascending from
++0, acc = llvm.fma(splat(A[r, k]), B[k, lanes], acc), held in registers for the whole k loop.
+A vector fma is W independent correctly rounded fmas, so a lane computes exactly the
+reference's chain whatever W is: 16 with AVX-512, 8 with AVX, 4 elsewhere (SSE, NEON),
+and where the CPU has no fma LLVM calls libm's fmaf per lane. Written as IR by hand
+because numba's loops keep the accumulators in memory (one load and store per fma: a
+tenth of the CPU's speed) and LLVM's vectorizer will not build this tile from scalar code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+ROWS, VECTORS = 6, 2  # 12 accumulators: within AVX2's 16 registers and NEON's 32
+
+
+@dataclass(frozen=True)
+class Tile:
+    function: Callable[..., None]  # tile(a, lda, b, ldb, c, ldc, depth), depth >= 1
+    rows: int
+    columns: int
+    lanes: int
+    cpu: str
+    engine: object  # the compiled code lives as long as the tile
+
+
+def _ir(rows: int, vectors: int, lanes: int) -> str:
+    vt = f"<{lanes} x float>"
+    fma = f"@llvm.fma.v{lanes}f32"
+    acc = [(r, v) for r in range(rows) for v in range(vectors)]
+    lines = [
+        f"declare {vt} {fma}({vt}, {vt}, {vt})",
+        "define void @tile(float* noalias %a, i64 %lda, float* noalias %b, i64 %ldb,"
+        " float* noalias %c, i64 %ldc, i64 %depth) {",
+        "entry:",
+        "  br label %loop",
+        "loop:",
+        "  %k = phi i64 [0, %entry], [%next, %loop]",
+        *(
+            f"  %acc{r}_{v} = phi {vt} [zeroinitializer, %entry], [%fma{r}_{v}, %loop]"
+            for r, v in acc
+        ),
+        "  %brow = mul i64 %k, %ldb",
+    ]
+    for v in range(vectors):
+        lines += [
+            f"  %bo{v} = add i64 %brow, {v * lanes}",
+            f"  %bp{v} = getelementptr float, float* %b, i64 %bo{v}",
+            f"  %bvp{v} = bitcast float* %bp{v} to {vt}*",
+            f"  %b{v} = load {vt}, {vt}* %bvp{v}, align 4",
+        ]
+    for r in range(rows):
+        lines += [
+            f"  %ar{r} = mul i64 {r}, %lda",
+            f"  %ao{r} = add i64 %ar{r}, %k",
+            f"  %ap{r} = getelementptr float, float* %a, i64 %ao{r}",
+            f"  %as{r} = load float, float* %ap{r}, align 4",
+            f"  %ai{r} = insertelement {vt} undef, float %as{r}, i32 0",
+            f"  %a{r} = shufflevector {vt} %ai{r}, {vt} undef, <{lanes} x i32> zeroinitializer",
+            *(
+                f"  %fma{r}_{v} = call {vt} {fma}({vt} %a{r}, {vt} %b{v}, {vt} %acc{r}_{v})"
+                for v in range(vectors)
+            ),
+        ]
+    lines += [
+        "  %next = add i64 %k, 1",
+        "  %more = icmp ult i64 %next, %depth",
+        "  br i1 %more, label %loop, label %store",
+        "store:",
+    ]
+    for r, v in acc:
+        lines += [
+            f"  %cr{r}_{v} = mul i64 {r}, %ldc",
+            f"  %co{r}_{v} = add i64 %cr{r}_{v}, {v * lanes}",
+            f"  %cp{r}_{v} = getelementptr float, float* %c, i64 %co{r}_{v}",
+            f"  %cvp{r}_{v} = bitcast float* %cp{r}_{v} to {vt}*",
+            f"  store {vt} %fma{r}_{v}, {vt}* %cvp{r}_{v}, align 4",
+        ]
+    return "\n".join([*lines, "  ret void", "}"])
+
+
+def _target() -> tuple[str, str, int]:
+    """The CPU to compile for, its features and the tile's lanes: this machine's, or the
+    one numba is told to compile for (NUMBA_CPU_NAME, NUMBA_CPU_FEATURES), so both compile
+    for the same CPU and a test can ask for narrower or wider vectors than the host's."""
+    import llvmlite.binding as llvm
+    from numba.core import config
+
+    chosen = getattr(config, "CPU_NAME", None)  # numba sets its config at run time
+    if chosen:
+        name, features = chosen, getattr(config, "CPU_FEATURES", None) or ""
+        wide = "avx512" in name or "+avx512f" in features
+        avx = wide or "+avx" in features or name in AVX_CPUS or name.startswith("znver")
+    else:
+        found = llvm.get_host_cpu_features()
+        name, features = llvm.get_host_cpu_name(), found.flatten()
+        wide, avx = bool(found.get("avx512f")), bool(found.get("avx"))
+    return name, features, 16 if wide else 8 if avx else 4
+
+
+AVX_CPUS = {"sandybridge", "ivybridge", "haswell", "broadwell", "skylake", "alderlake"}
+
+
+@functools.cache
+def tile() -> Tile:
+    """The tile compiled for this CPU (its name and features as LLVM reads them)."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    name, features, lanes = _target()
+    module = llvm.parse_assembly(_ir(ROWS, VECTORS, lanes))
+    module.verify()
+    machine = llvm.Target.from_default_triple().create_target_machine(
+        cpu=name, features=features, opt=3
+    )
+    engine = llvm.create_mcjit_compiler(module, machine)
+    engine.finalize_object()
+    signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p, ctypes.c_int64] * 3, ctypes.c_int64)
+    function = signature(engine.get_function_address("tile"))
+    return Tile(function, ROWS, VECTORS * lanes, lanes, name, engine)

@@ -1,0 +1,76 @@
+"""tools/emulated: the probe's FMA chains give their recorded hashes here, and (slow) on
+qemu's Nehalem and on qemu's aarch64; run.sh refuses bad usage in one line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+from tools.emulated import probe
+
+RUN = ROOT / "tools" / "emulated" / "run.sh"
+ARM64_ROOT = Path(os.environ.get("REPRODQN_ARM64_ROOT", "/work/emu-root/arm64"))
+
+
+def test_the_chains_give_their_recorded_hashes_on_this_cpu(capsys):
+    assert probe.main() == 0
+    assert "chains all as recorded" in capsys.readouterr().out
+
+
+def test_the_probe_fails_when_a_chain_gives_other_bits(capsys, monkeypatch):
+    monkeypatch.setitem(probe.RECORDED, "mul_add", "0" * 64)
+    assert probe.main() == 1
+    assert "chains DIFFER: mul_add" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["sparc", "/nowhere", "--", "python", "-V"], "unknown target 'sparc'"),
+        (["aarch64", "/nowhere", "--", "python", "-V"], "no arm64 root at /nowhere"),
+        (["nehalem", "/nowhere", "--", "python", "-V"], "no x86-64 venv at /nowhere"),
+        (["nehalem", sys.prefix, "--", "ls"], "must start with python, not 'ls'"),
+        (["nehalem", sys.prefix, "python", "-V"], "usage:"),
+    ],
+)
+def test_run_refuses_bad_usage_in_one_line(argv, message):
+    result = subprocess.run(["bash", str(RUN), *argv], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def run_probe(target: str, root: Path) -> dict[str, str]:
+    command = ["bash", str(RUN), target, str(root), "--", "python", "tools/emulated/probe.py"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    return dict(line.split(" ", 1) for line in result.stdout.splitlines())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("qemu-x86_64-static"), reason="no qemu-user-static")
+def test_an_emulated_nehalem_gives_the_recorded_chains():
+    lines = run_probe("nehalem", Path(sys.prefix))
+    assert lines["numba_cpu"] == "nehalem"  # qemu's CPU, not this one
+    assert lines["numba_features"] == "sse4.2"  # no AVX, no FMA: fma is libm's fmaf
+    assert "fmaf call" in lines["fma_vector_asm"]
+    assert lines["torch"].endswith("capability DEFAULT")
+    assert lines["chains"] == "all as recorded"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (ARM64_ROOT / "usr/bin/python3.11").exists(),
+    reason=f"no arm64 root at {ARM64_ROOT} (tools/emulated/arm64_root.sh makes it)",
+)
+def test_an_emulated_aarch64_gives_the_recorded_chains():
+    lines = run_probe("aarch64", ARM64_ROOT)
+    assert lines["machine"] == "aarch64"
+    assert lines["numba_cpu"] == "neoverse-n1"
+    assert "neon fmla .4s" in lines["fma_vector_asm"]  # vectorised across j
+    assert lines["chains"] == "all as recorded"

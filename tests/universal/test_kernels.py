@@ -1,0 +1,131 @@
+"""Every universal kernel, bit for bit against the spec's scalar reference, on awkward shapes
+(k = 1, tails that are no multiple of a vector width) and at 1 and 2 threads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from reprodqn.universal import cpu, layers
+from reprodqn.universal import reference as ref
+
+f32 = np.float32
+
+
+def bits(values) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(values, f32)).view(np.uint32)
+
+
+def same(a, b) -> bool:
+    return np.array_equal(bits(a), bits(b))
+
+
+def test_fma32_reference_is_the_correctly_rounded_fma():
+    """The reference's exact fma against LLVM's, over values whose product and sum round."""
+    rng = np.random.default_rng(1)
+    a, b, c = (rng.standard_normal(200_000).astype(f32) * f32(scale) for scale in (1e3, 1e-3, 1))
+    tiny = np.finfo(f32).tiny
+    a = np.concatenate([a, [tiny, -tiny, 0.0, -0.0, 1.0, 3e38]]).astype(f32)
+    b = np.concatenate([b, [0.5, 0.5, -0.0, 0.0, -1.0, 10.0]]).astype(f32)
+    c = np.concatenate([c, [0.0, 0.0, -0.0, -0.0, 1.0, 0.0]]).astype(f32)
+    out = np.empty_like(a)
+    cpu.kernels().fma_elementwise(a, b, c, out)
+    assert same(out, ref.fma32(a, b, c))
+    # where rounding through binary64 is wrong: a * b + c = 1 + 2^-23 + 2^-24 - 2^-60, just
+    # under a binary32 midpoint; binary64 rounds it onto the midpoint, which then ties to even
+    a1, b1 = f32((1 + 2**-18) * 2**-12), f32((1 - 2**-18) * 2**-12)
+    c1 = f32(1 + 2**-23)
+    naive = f32(np.float64(a1) * np.float64(b1) + np.float64(c1))
+    assert naive == f32(1 + 2**-22)
+    assert ref.fma32(a1, b1, c1) == c1
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (3, 1, 5), (7, 33, 17), (5, 64, 40), (2, 9, 130)])
+def test_gemm_is_the_reference_chain(shape, threads):
+    rows, depth, width = shape
+    rng = np.random.default_rng(sum(shape))
+    a = rng.standard_normal((1, rows, depth)).astype(f32)
+    b = rng.standard_normal((3, depth, width)).astype(f32)
+    out = np.empty((3, rows, width), f32)
+    cpu.set_threads(threads)
+    try:
+        cpu.gemm(a, b, out)
+    finally:
+        cpu.set_threads(1)
+    for n in range(3):
+        assert same(out[n], ref.chain(a[0], b[n]))
+
+
+def test_gemm_order_matters():
+    """The chain's order is what the test pins: a sum in another order differs here."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((4, 200)).astype(f32), rng.standard_normal((200, 6)).astype(f32)
+    reversed_order = ref.chain(a[:, ::-1], b[::-1])
+    assert not same(ref.chain(a, b), reversed_order)
+
+
+def _conv_case(seed, batch=2, channels=3, side=11, out_c=4, kernel=3, stride=2):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, channels, side, side)).astype(f32)
+    w = rng.standard_normal((out_c, channels, kernel, kernel)).astype(f32)
+    b = rng.standard_normal(out_c).astype(f32)
+    return x, w, b
+
+
+@pytest.mark.parametrize("kernel,stride,side", [(3, 2, 11), (4, 2, 10), (2, 1, 5), (1, 1, 3)])
+def test_conv2d_forward_and_gradients_are_the_reference(kernel, stride, side):
+    x, w, b = _conv_case(kernel * 10 + stride, kernel=kernel, stride=stride, side=side)
+    layer = layers.Conv2d(3, 4, kernel, stride)
+    with torch.no_grad():
+        layer.weight.copy_(torch.from_numpy(w))
+        layer.bias.copy_(torch.from_numpy(b))
+    xt = torch.from_numpy(x).requires_grad_(True)
+    y = layer(xt)
+    expected = ref.conv2d(x, w, b, stride)
+    assert same(y.detach().numpy(), expected)
+    grad_y = np.random.default_rng(7).standard_normal(y.shape).astype(f32)
+    y.backward(torch.from_numpy(grad_y))
+    grad_x, grad_w, grad_b = ref.conv2d_grads(x, w, grad_y, stride)
+    assert same(xt.grad.numpy(), grad_x)
+    assert same(layer.weight.grad.numpy(), grad_w)
+    assert same(layer.bias.grad.numpy(), grad_b)
+
+
+@pytest.mark.parametrize("batch,inputs,outputs", [(1, 7, 3), (5, 33, 17), (32, 64, 4)])
+def test_linear_forward_and_gradients_are_the_reference(batch, inputs, outputs):
+    rng = np.random.default_rng(batch + inputs)
+    x = rng.standard_normal((batch, inputs)).astype(f32)
+    layer = layers.Linear(inputs, outputs)
+    w, b = layer.weight.detach().numpy().copy(), layer.bias.detach().numpy().copy()
+    xt = torch.from_numpy(x).requires_grad_(True)
+    y = layer(xt)
+    assert same(y.detach().numpy(), ref.linear(x, w, b))
+    grad_y = rng.standard_normal(y.shape).astype(f32)
+    y.backward(torch.from_numpy(grad_y))
+    grad_x, grad_w, grad_b = ref.linear_grads(x, w, grad_y)
+    assert same(xt.grad.numpy(), grad_x)
+    assert same(layer.weight.grad.numpy(), grad_w)
+    assert same(layer.bias.grad.numpy(), grad_b)
+
+
+def test_relu_and_scaling_are_the_reference():
+    x = torch.tensor([-1.0, -0.0, 0.0, 2.5, 1e-45], dtype=torch.float32, requires_grad=True)
+    y = layers.ReLU()(x)
+    assert same(y.detach().numpy(), ref.relu(x.detach().numpy()))
+    assert bits(y.detach().numpy())[1] == 0  # -0 became +0
+    y.backward(torch.ones(5))
+    assert same(x.grad.numpy(), ref.relu_grad(np.ones(5, f32), y.detach().numpy()))
+    frames = torch.arange(256, dtype=torch.uint8).reshape(1, 1, 16, 16)
+    assert same(layers.scale_frames(frames).numpy(), ref.scale_frames(frames.numpy()))
+
+
+def test_a_nan_stops_the_run_naming_the_op():
+    layer = layers.Linear(3, 2)
+    with pytest.raises(layers.NumericsError, match="linear gave a NaN"):
+        layer(torch.tensor([[1.0, float("nan"), 0.0]]))
+
+
+def test_denormals_are_kept():
+    assert cpu.denormals_kept()

@@ -1,0 +1,93 @@
+"""How the universal mode is named, refused and kept apart: the digest and fingerprint leave
+out where a run computes, chains of different modes are never compared, what the mode does
+not cover is refused in one line, and no torch float op runs inside it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from reprodqn.config.params import load_params, resolve_run
+from reprodqn.core.errors import InputError
+from reprodqn.determinism.provenance import fingerprint_fields
+from reprodqn.forensics import chains
+from reprodqn.universal import api as universal
+from tests.helpers import PARAMS
+
+UNIVERSAL = ["compute.numerics=universal", "env.resize=linear_exact"]
+
+
+def run_digest(*overrides: str) -> str:
+    return resolve_run(load_params(PARAMS, list(overrides)), "deterministic", 0).digest()
+
+
+def test_where_a_universal_run_computes_is_left_out_of_its_digest():
+    where = ["compute.threads=2", "compute.cpu_isa=native", "compute.device=cpu"]
+    assert run_digest(*UNIVERSAL) == run_digest(*UNIVERSAL, *where)
+    assert run_digest() != run_digest("compute.threads=2")  # the standard mode keeps them
+    assert run_digest(*UNIVERSAL) != run_digest("env.resize=linear_exact")
+
+
+def test_the_standard_default_leaves_every_digest_as_it_was():
+    """compute.numerics at its default is left out, as fields added before it were."""
+    config = resolve_run(load_params(PARAMS), "deterministic", 0)
+    assert (
+        "numerics"
+        not in config.model_dump(mode="json", exclude={"compute": {"numerics"}})["compute"]
+    )
+    assert config.digest() == run_digest("compute.numerics=standard")
+
+
+def test_a_universal_fingerprint_leaves_out_torch_and_the_cpu():
+    conditions = {
+        "numerics": {"numerics": "universal", "numerics_spec": "1"},
+        "packages": {"torch": "2.13.0", "ale-py": "0.12.1", "opencv-python-headless": "4.12"},
+    }
+    other = {**conditions, "packages": {**conditions["packages"], "torch": "2.11.0"}}
+    assert fingerprint_fields(conditions) == fingerprint_fields(other)
+    assert "torch" not in fingerprint_fields(conditions)["packages"]
+
+
+@pytest.mark.parametrize(
+    "override,named",
+    [
+        ("agent.dueling=true", "agent.dueling: false"),
+        ("agent.n_step=3", "agent.n_step: 1"),
+        ("replay.prioritized=true", "replay.prioritized: false"),
+        ("compute.device=cuda", "compute.device: cpu"),
+    ],
+)
+def test_what_the_mode_does_not_cover_is_refused_in_one_line(override, named):
+    with pytest.raises(InputError, match=f"compute.numerics: universal needs {named}"):
+        load_params(PARAMS, [*UNIVERSAL, override])
+    with pytest.raises(InputError, match="env.resize: linear_exact"):
+        load_params(PARAMS, ["compute.numerics=universal"])
+
+
+def test_chains_of_different_numerics_are_never_compared():
+    standard = [{"step": 0, "weights_sha256": "a", "loss_chain_sha256": "0"}]
+    marked = [{**standard[0], "numerics": "universal", "numerics_spec": "1"}]
+    assert chains.first_difference(marked, [dict(line) for line in marked]) is None
+    with pytest.raises(InputError, match=r"ours standard, reference universal \(spec 1\)"):
+        chains.first_difference(standard, marked)
+    later = [{**marked[0], "numerics_spec": "2"}]
+    with pytest.raises(InputError, match="spec 1.*spec 2"):
+        chains.first_difference(marked, later)
+
+
+def test_a_torch_float_op_inside_strict_is_refused_naming_it():
+    layer = universal.Linear(3, 2)
+    x = torch.ones(1, 3)
+    with universal.strict():
+        layer(x)  # the universal kernels: allowed
+        x[0, 1]  # moving and indexing: allowed
+        with pytest.raises(universal.NumericsError, match=r"aten\.tanh"):
+            torch.tanh(x)
+        with pytest.raises(universal.NumericsError, match="float64"):
+            x.double()
+    torch.tanh(x)  # outside, torch is torch
+
+
+def test_a_torch_layer_in_a_universal_network_is_refused():
+    with pytest.raises(universal.NumericsError, match="0 is torch's"):
+        universal.check_supported(torch.nn.Sequential(torch.nn.Conv2d(1, 1, 2)))
