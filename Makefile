@@ -53,7 +53,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[test,sb3]'
+	$(BIN)/python -m pip install --quiet -e '.[study,test,sb3]'
 	touch $@
 
 # The main job: the paper-scale study (6 groups x 5 runs x 20M steps; days on a GPU),
@@ -190,7 +190,7 @@ ui: $(STAMP)
 # the container's platform; the image runs the pipeline, not the tests.
 lock: $(STAMP)
 	$(BIN)/python -m pip install --quiet 'uv>=0.5'
-	$(BIN)/uv pip compile pyproject.toml --extra sb3 --generate-hashes --python-version 3.11 \
+	$(BIN)/uv pip compile pyproject.toml --extra study --extra sb3 --generate-hashes --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28 --no-header --quiet -o requirements.lock
 	$(BIN)/python -m tools.lock_wheels  # installs on every base's Python (3.11, 3.12)
 

@@ -20,7 +20,6 @@ last resume point and ends with the chain an uninterrupted run ends with.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -246,8 +245,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except exact.InputError as error:  # bad input: one line, no traceback
-        print(f"ppo_breakout: {error}", file=sys.stderr)
-        sys.exit(2)
+    exact.main(main)  # a refusal of exact: one line on stderr, exit 2

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 import time
 from pathlib import Path
 
@@ -110,8 +109,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except exact.InputError as error:  # bad input: one line, no traceback
-        print(f"train.py: {error}", file=sys.stderr)
-        sys.exit(2)
+    exact.main(main)  # a refusal of exact: one line on stderr, exit 2

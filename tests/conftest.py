@@ -16,3 +16,13 @@ def tiny_params():
         return load_params(PARAMS, [*TINY, *extra])
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _no_generator_watch_across_tests():
+    """exact.setup() watches the global generators for the rest of its process, which in
+    a test run is pytest's: not into the next test."""
+    yield
+    from reprodqn.determinism import global_generators
+
+    global_generators.stop()

@@ -15,6 +15,9 @@ A training script that uses these five pieces gets what reprodqn's own DQN has, 
   with its SBOM, and the numerics settings applied.
 
 `save_policy()` writes the policy `reprodqn evaluate-policy` plays, the same bytes always.
+`GymEnv(env)` puts a Gymnasium env in a resume point; `main(fn)` gives this library's
+refusals as one line and exit 2. A resume that would not be exact (a second process,
+other settings, other parts, a global generator's draw) is refused before any write.
 
 `universal`: layers, losses and optimizers computed in one written order on every machine
 and torch version (universal-numerics.md). Without them a chain holds on one stack: the
@@ -28,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,10 +39,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reprodqn.core import workspace
-from reprodqn.core.atomic import append_line, read_json, truncate, write_json
-from reprodqn.core.digests import json_digest, running_script_sha256
+from reprodqn.core.atomic import append_line, truncate
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
+from reprodqn.determinism.gym_state import GymEnv
 from reprodqn.universal import api as universal
 
 if TYPE_CHECKING:
@@ -55,9 +58,11 @@ __all__ = [
     "HashChain",
     "chain_losses",
     "save_resume_point",
+    "GymEnv",
     "load_resume_point",
     "save_policy",
     "start_run",
+    "main",
     "universal",
 ]
 
@@ -120,9 +125,10 @@ def setup(
     cpu_floor(cpu_isa)
     for name in isa.THREAD_ENV:  # inherited by any worker the script starts
         os.environ[name] = str(threads)
-    from reprodqn.determinism import numerics
+    from reprodqn.determinism import global_generators, numerics
 
     torch_device, applied = numerics.configure(device, threads, deterministic_gpu)
+    global_generators.start("setup()")
     return Setup(torch_device, threads, cpu_isa, deterministic_gpu, applied)
 
 
@@ -257,8 +263,11 @@ class HashChain:
     def checkpoint(self, step: int, weights, metadata: Mapping[str, object] | None = None) -> dict:
         """Write the weights (a module or a dict of tensors) and the chain's line; returns
         the line. The weights hash covers names, dtypes, shapes and bytes."""
+        from reprodqn.determinism import global_generators, run_folder
         from reprodqn.determinism.checkpoints import cpu_weights, save_weights
 
+        global_generators.check(f"{self.directory}: checkpoint at step {step}")
+        run_folder.record_pending(self.directory)
         written = workspace.read_hashes(self.directory)
         if written and step <= written[-1]["step"]:
             raise InputError(
@@ -278,10 +287,17 @@ class HashChain:
         return {"loss_chain": self.loss_chain, "updates": self.updates, **self.log.get_state()}
 
     def set_state(self, state: dict) -> None:
-        """Back to the saved point: lines written after it are cut off."""
+        """Back to the saved point: lines written after it are cut off, and the
+        checkpoints they name (the resumed run writes them again)."""
         self.loss_chain = str(state["loss_chain"])
         self.updates = int(state["updates"])
         self.log.set_state(state)
+        written = workspace.read_hashes(self.directory)
+        last = written[-1]["step"] if written else -1
+        for path in workspace.checkpoints_dir(self.directory).glob("step-*.safetensors"):
+            number = path.stem.removeprefix("step-")
+            if number.isdigit() and int(number) > last:
+                path.unlink()
 
     def start_over(self) -> None:
         """As at the run's start: no loss folded in, no line written."""
@@ -305,96 +321,80 @@ def save_resume_point(run: str | Path, step: int, parts: Mapping[str, Any]) -> N
     """Save every part's state as the run's latest resume point (in run/resume),
     atomically: a kill at any moment leaves the previous point intact. A part is a module,
     an optimizer, anything with get_state()/set_state() or state_dict()/load_state_dict(),
-    a list of such (a vector of environments), or plain values (numbers, strings, numpy
-    arrays, tensors, lists and dicts of them); anything else is refused, naming it."""
-    from reprodqn.determinism import resume, resume_parts
+    a list of such (a vector of environments), or plain values (numbers, strings, bytes,
+    numpy scalars and arrays, tensors, lists, tuples and dicts of them), each given back
+    with its type, dtype and device; anything else is refused, naming it."""
+    from reprodqn.determinism import global_generators, resume_parts, run_folder
 
-    state = {name: resume_parts.state_of(name, part) for name, part in parts.items()}
-    resume.save(workspace.resume_dir(Path(run)), step, state)
+    global_generators.check(f"{run}: resume point at step {step}")
+    run_folder.record_pending(Path(run))
+    resume_parts.save(Path(run), step, dict(parts))
 
 
 def load_resume_point(
-    run: str | Path, parts: Mapping[str, Any], device: str = "cpu"
+    run: str | Path, parts: Mapping[str, Any], device: str | None = None
 ) -> dict | None:
     """Restore the parts from the run's latest resume point, every file checked against its
-    SHA-256 first, arrays, tensors and lists in place; returns the saved states by name
-    (read plain numbers from here). With no point yet it returns None and empties the logs
-    and chains among the parts: a run killed before its first point starts over as it
-    began, not after what it had written."""
-    import torch
+    SHA-256 first, arrays, tensors, lists and dicts in place; returns the saved states by
+    name (read plain values from here). The objects saved and the objects asked for must be
+    the same (a difference is refused, naming the parts); tensors return to the device
+    each was saved on, or to `device`. With no point yet it returns None and empties the
+    logs and chains among the parts: a run killed before its first point starts over as it
+    began, not after what it had written. A refusal leaves every file as it was."""
+    from reprodqn.determinism import global_generators, resume_parts, run_folder
 
-    from reprodqn.determinism import resume, resume_parts
-
-    point = resume.load(workspace.resume_dir(Path(run)), torch.device(device))
-    if point is None:
+    state = resume_parts.load(Path(run), dict(parts), device)
+    if state is None:
         for part in parts.values():
             for log in part if isinstance(part, list | tuple) else [part]:
                 if isinstance(log, JsonLog | HashChain):
                     log.start_over()
-        return None
-    missing = set(parts) - set(point.state)
-    if missing:
-        raise InputError(f"{point.path}: resume point has no state for {sorted(missing)}")
-    for name, part in parts.items():
-        resume_parts.restore(name, part, point.state[name])
-    return point.state
+    run_folder.record_pending(Path(run))
+    global_generators.restart("load_resume_point()")  # what built the script drew before
+    return state
 
 
 # ---------------------------------------------------------------------------------------------
 # The run's records
 
 
-@dataclass(frozen=True)
-class _ComputeRecord:
-    """A Setup as the conditions record reads reprodqn's compute params."""
-
-    process: Setup
-
-    @property
-    def device(self) -> str:
-        return self.process.device.type
-
-    def __getattr__(self, name: str):
-        return getattr(self.process, name)
-
-
-def _as_json(value: Any) -> Any:
-    """A numpy number as the number it is (np.int64(3) is the config 3); else its text."""
-    return value.item() if isinstance(value, np.generic) else str(value)
-
-
 def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) -> dict:
-    """Make the run directory, or check that an existing one holds a run of this very
-    config and script (another is refused: results never mix), and record the command that
-    runs it (what `reprodqn verify RUN --until STEP` runs again), the conditions, the SBOM
-    and the numerics settings. Returns the conditions record."""
-    from reprodqn.determinism import provenance, sbom
+    """Make the run directory and hold it (a second process on it is refused, naming the
+    holder), or check that an existing one holds a run of this very config and script
+    (another is refused: results never mix) and, where it holds a resume point, that this
+    process computes as the run began (another device, CPU floor, thread count or numerics
+    mode is refused; another torch, GPU or driver unless REPRODQN_FORCE_RESUME=1, then
+    recorded as a segment). Records the command that runs it (what `reprodqn verify RUN
+    --until STEP` runs again), the conditions, the SBOM and the numerics settings: a
+    resume's only once its point is loaded, so a refused resume writes nothing. Returns
+    the conditions record."""
+    from reprodqn.determinism import run_folder
 
-    directory = Path(directory)
-    config = json.loads(json.dumps(dict(config), default=_as_json))
-    digest, script = json_digest(config), running_script_sha256()
-    recorded = directory / workspace.RUN_CONFIG
-    if recorded.exists():
-        theirs = read_json(recorded, "run config")
-        if None not in (script, theirs.get("script_sha256")) and theirs["script_sha256"] != script:
-            raise InputError(
-                f"{directory}: holds a run of another version of {sys.argv[0]} (its SHA-256 "
-                "differs: a resumed run would mix two codes); use another directory or remove it"
-            )
-        if theirs.get("digest") != digest:
-            ours, recorded_config = dict(config), theirs.get("config", {})
-            changed = provenance.differing_values(ours, recorded_config, ("now", "recorded"))
-            raise InputError(
-                f"{directory}: holds a run with a different config: {'; '.join(changed)}; "
-                "give another directory or remove it"
-            )
-    directory.mkdir(parents=True, exist_ok=True)
-    command = {"script": sys.argv[0], "arguments": sys.argv[1:], "cwd": os.getcwd()}
-    record = {"digest": digest, "config": config, "command": command, "script_sha256": script}
-    write_json(recorded, record)
-    conditions = provenance.collect(_ComputeRecord(process))
-    write_json(directory / workspace.CONDITIONS, conditions)
-    write_json(directory / workspace.DETERMINISM, process.applied)
-    if not (directory / workspace.SBOM).exists():
-        sbom.write_sbom(directory / workspace.SBOM)
-    return conditions
+    return run_folder.start(Path(directory), config, process)
+
+
+def main(function: Callable[[], object]) -> None:
+    """Run a script's main function as reprodqn's commands run: a refusal of this library
+    (bad input, exit 2) or a machine that failed under it (a full disk, exit 3) is one
+    line on stderr, `SCRIPT: error: ...`, with no traceback; anything else is a bug and
+    keeps its traceback. Exits with the function's return value if it is an int, else 0.
+    Use it as `if __name__ == "__main__": exact.main(main)`."""
+    from reprodqn.core import storage
+    from reprodqn.core.errors import MachineError
+
+    name = Path(sys.argv[0]).name or "python"
+    try:
+        result = function()
+    except InputError as error:
+        print(f"{name}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except MachineError as error:
+        print(f"{name}: machine error: {error}", file=sys.stderr)
+        sys.exit(3)
+    except Exception as error:  # a full disk or quota met while writing
+        found = storage.describe(error, name, Path.cwd(), "every file already written is whole")
+        if found is None:
+            raise
+        print(f"{name}: machine error: {found}", file=sys.stderr)
+        sys.exit(3)
+    sys.exit(result if isinstance(result, int) and not isinstance(result, bool) else 0)

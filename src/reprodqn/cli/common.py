@@ -123,3 +123,15 @@ def refuse_inside_a_bundle(args) -> None:
             "replicate in a new workspace beside it (REPLICATE.md gives the commands), "
             "then `reprodqn verify --reference` this folder"
         )
+
+
+def not_installed(error: ModuleNotFoundError, command: str) -> str:
+    """The line for a package the command needs that the light install lacks (the study's
+    stack is the `study` extra); a module of reprodqn's own missing is a bug, raised."""
+    missing = (error.name or "").split(".")[0]
+    if missing in ("", "reprodqn"):
+        raise error
+    return (
+        f"{command} needs {missing}, which is not installed: the study's commands need "
+        "pip install 'reprodqn[study]'"
+    )

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from reprodqn.cli import forensics, tools
+from reprodqn.cli import common, forensics, tools
 from reprodqn.cli.common import load as _load
 from reprodqn.cli.common import positive_int, refuse_inside_a_bundle, resolve_params_path
 from reprodqn.cli.common import stage as _stage
@@ -357,6 +357,9 @@ def _run(args) -> int:
     except MachineError as exc:
         print(f"reprodqn: machine error: {exc}", file=sys.stderr)
         return 3
+    except ModuleNotFoundError as exc:  # the light install: the study's stack is an extra
+        print(f"reprodqn: error: {common.not_installed(exc, args.command)}", file=sys.stderr)
+        return 2
     except Exception as exc:  # a full disk met outside a stage's own handling (MLflow's)
         found = storage.describe(
             exc, args.command, Path.cwd(), "every file already written is complete"

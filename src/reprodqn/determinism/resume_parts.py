@@ -1,28 +1,73 @@
 """What reprodqn.exact's resume points hold of a script's parts, and how each is put back.
 
-A part is a module, an optimizer, anything with get_state()/set_state() or
-state_dict()/load_state_dict(), a list of such (a vector of environments), or a plain value
-(numbers, strings, numpy arrays, tensors, and lists and dicts of them). Arrays, tensors and
-lists of plain values are put back in place, so a script that holds them keeps its own
-objects; anything else is refused at saving, naming the part, before a point is written.
+A part is an object with state (a module, an optimizer, anything with get_state()/
+set_state() or state_dict()/load_state_dict(), a list of such: a vector of environments)
+or a plain value (numbers, strings, bytes, numpy scalars and arrays, tensors, and lists,
+tuples and dicts of them). Every value comes back with its type: a numpy float32 stays a
+float32, a tuple a tuple, a tensor keeps its dtype and device; what cannot come back so
+(an object array, a subclass, a sparse tensor) is refused at saving, naming it, before a
+point is written. An object saved must be asked for at loading, and an object asked for
+must have been saved: a part left out would be dropped without a word. Plain values may
+be left out at loading (the script reads them from what load returns); arrays, tensors,
+lists and dicts asked for are put back in place, so a script keeps its own objects.
 """
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
+from reprodqn.determinism import resume
 
-SCALARS = (bool, int, float, str, type(None))
+SCALARS = (bool, int, float, str, bytes, type(None))
+ARRAYS = (np.ndarray, np.memmap)  # np.matrix, masked and record arrays would come back plain
+TENSORS = (torch.Tensor, torch.nn.Parameter)
+SAVABLE_DTYPES = frozenset(  # what safetensors writes (0.8): no complex128, no float8_e8m0
+    {torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.bool}
+    | {torch.int64, torch.int32, torch.int16, torch.int8}
+    | {torch.uint64, torch.uint32, torch.uint16, torch.uint8}
+    | {torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz}
+)
+OBJECTS = "objects"  # latest.json: the parts that were objects with state
 
 
-def state_of(name: str, part: Any) -> Any:
-    """The part's state as resume.save writes it; a value it cannot write is one line."""
-    return _plain(_state_of(part), name)
+def save(run: Path, step: int, parts: dict[str, Any]) -> None:
+    """Write the parts as the run's latest resume point."""
+    state = {name: _plain(_state_of(part), name) for name, part in parts.items()}
+    objects = sorted(name for name, part in parts.items() if _is_object(part))
+    resume.save(workspace.resume_dir(run), step, state, {OBJECTS: objects})
+
+
+def load(run: Path, parts: dict[str, Any], device: str | None) -> dict | None:
+    """Check the parts against the run's latest point, then put each back: the objects in
+    memory first, the logs and chains (which cut files back) last, so a refusal leaves
+    every file as it was. Returns the saved states by name, None with no point."""
+    point = resume.load(workspace.resume_dir(run), None if device is None else torch.device(device))
+    if point is None:
+        return None
+    missing = sorted(set(parts) - set(point.state))
+    if missing:
+        raise InputError(f"{point.path}: resume point has no state for {missing}")
+    saved_objects = point.index.get(OBJECTS)
+    not_asked = sorted(set(saved_objects or ()) - set(parts))
+    if not_asked:
+        raise InputError(
+            f"{point.path}: resume point holds {not_asked}, which this run does not ask for "
+            f"(it asks for {sorted(parts)}): give every part that was saved"
+        )
+    if saved_objects is not None:  # points from before the list was kept are not checked
+        were_values = sorted(set(parts) & set(point.state) - set(saved_objects))
+        were_values = [name for name in were_values if _is_object(parts[name])]
+        if were_values:
+            raise InputError(f"{point.path}: {were_values} were saved as plain values, not parts")
+    for name in sorted(parts, key=lambda name: _cuts_files(parts[name])):
+        restore(name, parts[name], point.state[name])
+    return point.state
 
 
 def restore(name: str, part: Any, state: Any) -> None:
@@ -44,20 +89,33 @@ def restore(name: str, part: Any, state: Any) -> None:
     elif isinstance(part, np.ndarray | torch.Tensor):
         _restore_array(name, part, state)
     elif isinstance(part, list):
-        part[:] = [_writable(item) for item in state]  # tuples and scalars: returned only
+        part[:] = [_writable(item) for item in state]
+    elif isinstance(part, dict) and isinstance(state, dict):
+        part.clear()
+        part.update({key: _writable(item) for key, item in state.items()})
+    # tuples and scalars cannot be changed in place: they are returned only
 
 
-def _stateful(part: Any) -> bool:
+def _is_object(part: Any) -> bool:
     return (
         isinstance(part, torch.optim.Optimizer)
         or (hasattr(part, "get_state") and hasattr(part, "set_state"))
         or (hasattr(part, "state_dict") and hasattr(part, "load_state_dict"))
+        or _is_vector(part)
     )
+
+
+def _cuts_files(part: Any) -> bool:
+    """A log or a chain: restoring it cuts its file back to the point."""
+    items = part if _is_vector(part) else [part]
+    return any(hasattr(item, "start_over") for item in items)
 
 
 def _is_vector(part: Any) -> bool:
     """A list or tuple of stateful parts (a vector of environments), not of plain values."""
-    return isinstance(part, list | tuple) and any(_stateful(item) for item in part)
+    return isinstance(part, list | tuple) and any(
+        not isinstance(item, list | tuple) and _is_object(item) for item in part
+    )
 
 
 def _state_of(part: Any) -> Any:
@@ -65,8 +123,7 @@ def _state_of(part: Any) -> Any:
         return {str(index): _state_of(item) for index, item in enumerate(part)}
     if isinstance(part, torch.optim.Optimizer):
         state = part.state_dict()  # JSON keys are strings: the slots' integer ids as text
-        groups = json.loads(json.dumps(state["param_groups"]))
-        return {"state": {str(k): v for k, v in state["state"].items()}, "param_groups": groups}
+        return {**state, "state": {str(k): v for k, v in state["state"].items()}}
     if hasattr(part, "get_state") and hasattr(part, "set_state"):
         return part.get_state()
     if hasattr(part, "state_dict") and hasattr(part, "load_state_dict"):
@@ -75,25 +132,52 @@ def _state_of(part: Any) -> Any:
 
 
 def _plain(value: Any, where: str) -> Any:
-    """The value with numpy scalars as the numbers they are; anything resume.save cannot
-    write (it takes JSON scalars, arrays, tensors, bytes, lists and dicts) is refused."""
+    """The value, checked to come back as it is: anything resume.save cannot give back
+    with its type is refused in one line naming where it is."""
     if isinstance(value, dict):
         for key in value:
-            if not isinstance(key, str) or "/" in key:
-                raise InputError(f"{where}: key {key!r}: expected a string without '/'")
+            if not isinstance(key, str) or "/" in key or key in resume.MARKERS:
+                raise InputError(
+                    f"{where}: key {key!r}: expected a string without '/' "
+                    f"(and none of {', '.join(resume.MARKERS)})"
+                )
         return {key: _plain(item, f"{where}.{key}") for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item, f"{where}[{index}]") for index, item in enumerate(value)]
-    if isinstance(value, np.generic):
-        return value.item()  # a numpy counter, written as the number it is
-    if not isinstance(value, (*SCALARS, bytes, np.ndarray, torch.Tensor)):
-        raise InputError(
-            f"{where}: a value of type {type(value).__name__} cannot be saved in a resume "
-            "point (expected a module, an optimizer, an object with get_state()/set_state() "
-            "or state_dict()/load_state_dict(), or numbers, strings, arrays, tensors and "
-            "lists and dicts of them)"
+    if isinstance(value, list | tuple) and type(value) in (list, tuple):
+        return type(value)(_plain(item, f"{where}[{index}]") for index, item in enumerate(value))
+    if isinstance(value, np.generic | np.ndarray):
+        if isinstance(value, np.ndarray) and type(value) not in ARRAYS:
+            _refuse(where, value, "give np.asarray() of it")
+        if value.dtype.hasobject:
+            _refuse(where, value, "an array of Python objects cannot be saved without pickle")
+        return value
+    if isinstance(value, torch.Tensor):
+        return _tensor(value, where)
+    if type(value) not in SCALARS:
+        _refuse(
+            where,
+            value,
+            "expected a module, an optimizer, an object with get_state()/set_state() or "
+            "state_dict()/load_state_dict(), or numbers, strings, bytes, numpy scalars, "
+            "arrays, tensors and lists, tuples and dicts of them",
         )
     return value
+
+
+def _tensor(value: torch.Tensor, where: str) -> torch.Tensor:
+    if type(value) not in TENSORS:
+        _refuse(where, value, "give a plain torch.Tensor")
+    if value.layout != torch.strided or value.is_quantized or value.device.type == "meta":
+        _refuse(where, value, f"a {value.layout} tensor on {value.device} cannot be saved")
+    if value.dtype not in SAVABLE_DTYPES:
+        _refuse(where, value, f"its dtype {value.dtype} cannot be written to safetensors")
+    return value
+
+
+def _refuse(where: str, value: Any, why: str) -> None:
+    raise InputError(
+        f"{where}: a value of type {type(value).__name__} cannot be saved in a resume point "
+        f"and come back as it was ({why})"
+    )
 
 
 def _restore_array(name: str, part: np.ndarray | torch.Tensor, state: Any) -> None:
