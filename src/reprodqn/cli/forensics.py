@@ -20,12 +20,14 @@ def cmd_resume_point(args) -> int:
     from reprodqn.config.params import resolve_run
     from reprodqn.core.progress import RunProgress
     from reprodqn.forensics import rerun
+    from reprodqn.training.run_game import check_run_game
 
     group, run = rerun.parse_run(args.run)
     config = resolve_run(_load(args), group, run)
     run_dir = workspace.run_dir(args.runs_dir, group, run)
     if not (run_dir / workspace.COMPLETE).exists():
         raise InputError(f"{run_dir}: not a finished run (no complete.json)")
+    check_run_game(run_dir, config.env.game)
     if not 0 <= args.step <= config.train.steps:
         raise InputError(f"--step {args.step}: expected 0..{config.train.steps}")
     out = args.out_dir / group / str(run)
@@ -51,13 +53,16 @@ def cmd_trace(args) -> int:
     from reprodqn.config.params import resolve_run
     from reprodqn.core.progress import Progress
     from reprodqn.forensics import trace
+    from reprodqn.training.run_game import check_run_game
 
     config = resolve_run(_load(args), args.group, args.run)
+    run_dir = workspace.run_dir(args.runs_dir, args.group, args.run)
+    check_run_game(run_dir, config.env.game)  # a run not trained here has none to check
     out = args.out or Path("build/trace") / f"{args.group}-{args.run}-from-{args.from_resume}.jsonl"
     progress = Progress(f"trace {args.group}/{args.run}", args.updates, unit="updates")
     info = trace.trace(
         config,
-        workspace.run_dir(args.runs_dir, args.group, args.run),
+        run_dir,
         args.from_resume,
         args.updates,
         out,

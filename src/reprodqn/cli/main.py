@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from reprodqn.cli import forensics, tools
+from reprodqn.cli import common, forensics, tools
 from reprodqn.cli.common import load as _load
 from reprodqn.cli.common import positive_int, refuse_inside_a_bundle, resolve_params_path
 from reprodqn.cli.common import stage as _stage
@@ -24,10 +24,13 @@ from reprodqn.core.errors import InputError, MachineError
 def cmd_train(args) -> int:
     from reprodqn.config.params import resolve_run
     from reprodqn.core.progress import report_training
+    from reprodqn.evaluation import start_states
     from reprodqn.study import tracking
     from reprodqn.training.loop import train
 
-    config = resolve_run(_load(args), args.group, args.run)
+    params = _load(args)
+    config = resolve_run(params, args.group, args.run)
+    start_states.check_before_training(params.evaluation, [config])  # as `study train` does
     run_dir = workspace.run_dir(args.runs_dir, args.group, args.run)
     events = train(config, run_dir, restart=args.restart)
     if args.track:
@@ -305,6 +308,7 @@ def _add_run_stages(sub) -> None:
         required=True,
         help="where eval.csv and eval.json go (and the policy as a checkpoint)",
     )
+    common.add_game_argument(p)
     _evaluation_arguments(p)
 
 
