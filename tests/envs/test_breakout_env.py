@@ -15,7 +15,7 @@ from gymnasium.utils.env_checker import check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-from reprodqn.config.params import EnvConfig
+from reprodqn.config.params import EnvConfig, load_params
 from reprodqn.core import packaged
 from reprodqn.core.errors import InputError
 from reprodqn.determinism.rng import GAME_STREAMS, Streams
@@ -24,6 +24,7 @@ from reprodqn.envs import breakout
 from reprodqn.evaluation import start_states
 from reprodqn.evaluation.protocol import EpisodeSpec, Protocol, play
 from reprodqn.training.atari import TrainingEnv
+from tests.helpers import PARAMS
 
 CAP = 400  # frames per eval episode here: long enough for lives lost and relaunches
 EPISODES = 10
@@ -250,3 +251,25 @@ def test_bad_input_is_one_line(tmp_path):
         "space_invaders), got 'SpaceInvaders'"
     )
     assert start_states.load(packaged.authors_start_sequences())["count"] == 100
+
+
+def test_a_start_state_file_is_found_by_the_clis_rule_a_workspaces_then_the_packages(
+    tmp_path, monkeypatch
+):
+    """From outside a workspace the env said start_sequences/pong.json was not found,
+    where the CLI found the package's copy; inside one, the workspace's file comes first."""
+    from reprodqn.evaluation.stage import protocol_episodes
+
+    name = "start_sequences/pong.json"
+    monkeypatch.chdir(tmp_path)  # no workspace here
+    env = gym.make("reprodqn/Pong-v0", mode="eval", start_sequences=name, max_frames=CAP)
+    package = packaged.game_start_sequences("pong")
+    assert env.unwrapped.start_sequences == str(package)
+    workspace = tmp_path / "start_sequences"
+    workspace.mkdir()
+    (workspace / "pong.json").write_bytes(package.read_bytes())
+    for chosen in (name, None):  # named, and the game's default
+        env = gym.make("reprodqn/Pong-v0", mode="eval", start_sequences=chosen, max_frames=CAP)
+        assert env.unwrapped.start_sequences == name  # the workspace's own, as the CLI's
+    params = load_params(PARAMS, ["env.game=pong", f"evaluation.start_sequences={name}"])
+    assert protocol_episodes(params, params.evaluation, None)[4]["file"] == name

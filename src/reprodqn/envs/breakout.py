@@ -269,11 +269,13 @@ def _eval_info(episode: Episode) -> dict:
 
 
 def _start_sequences(chosen: str | Path | None, game: str) -> str:
-    """The start states an eval env plays: those named; by default the package's for the
-    game (the authors' for Breakout), or none for a game the package has none for."""
-    if chosen:
-        return str(chosen)
-    return str(packaged.game_start_sequences(game) or start_states.NONE)
+    """The start states an eval env plays: those named; by default the game's as params
+    name them (the authors' for Breakout), or none for a game the package has none for;
+    a name found as every command finds it (packaged.start_sequences)."""
+    name = str(chosen) if chosen else packaged.game_start_sequences_name(game)
+    if name is None or name == start_states.NONE:
+        return start_states.NONE
+    return str(packaged.start_sequences(name))
 
 
 def env_id(game: str) -> str:
