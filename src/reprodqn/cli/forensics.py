@@ -98,7 +98,7 @@ def cmd_trace_diff(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from reprodqn.forensics import verify
+    from reprodqn.forensics import chains, verify
 
     if args.folders:
         return _verify_folders(args)
@@ -120,11 +120,11 @@ def cmd_verify(args) -> int:
         print(verify.spot_check_summary(result))
         return 0 if result["identical"] else 1
     if args.until is not None:
-        raise InputError("verify --until: only with --rerun GROUP/RUN or one result folder")
+        raise InputError("verify --until: only with --rerun GROUP/RUN or result folders")
     params = _load(args)
     result = verify.verify(args.root, args.reference, params.study)
     print(verify.summary(result))
-    return 0 if result["identical"] else 1
+    return chains.exit_code(result)
 
 
 def _verify_folders(args) -> int:
@@ -138,11 +138,11 @@ def _verify_folders(args) -> int:
         result = chains.rerun(args.folders[0], args.until, args.scratch, args.script)
         print(chains.rerun_summary(result))
         return 0 if result["identical"] else 1
-    if len(args.folders) != 2 or args.until is not None:
+    if len(args.folders) != 2:
         raise InputError("verify: expected two result folders (A B), or one with --until STEP")
-    result = chains.compare(*args.folders)
+    result = chains.compare(args.folders[0], args.folders[1], until=args.until)
     print(chains.summary(result))
-    return 0 if result["identical"] else 1
+    return chains.exit_code(result)
 
 
 def cmd_gpu_check(args) -> int:
@@ -194,7 +194,8 @@ def _add_verify(sub) -> None:
         type=positive_int,
         default=None,
         metavar="STEP",
-        help="with --rerun, or one result folder: the step to retrain to",
+        help="with --rerun, or one result folder: the step to retrain to; with two "
+        "folders: the step to compare through",
     )
     p.add_argument(
         "--scratch",

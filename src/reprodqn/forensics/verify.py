@@ -42,6 +42,7 @@ def check_bundle(reference: Path) -> None:
 
 NOT_TRAINED = "not trained here"  # the "chain" of a run the reference has and ours lacks
 NOT_IN_REFERENCE = "not trained in the reference"  # and of a run ours has and it lacks
+PREFIX = "identical as far as both go"  # one side's chain goes on past the other's
 SETTINGS_FIRST = (
     "next: the settings below differ, among them some that change numbers, which alone "
     "part chains; train with the reference's (its params.yaml) before looking for the op"
@@ -66,7 +67,8 @@ def verify(ours: Path, reference: Path, study) -> dict:
     first, compared, evaluated = None, 0, 0
     described: tuple[str, int] | None = None
     by_design = []  # runs whose chains differ, as designed: not a replication failure
-    tally = dict.fromkeys(("identical", "parted", NOT_TRAINED, NOT_IN_REFERENCE), 0)
+    prefixes = []  # runs whose chain on one side is the start of the other side's
+    tally = dict.fromkeys(("identical", PREFIX, "parted", NOT_TRAINED, NOT_IN_REFERENCE), 0)
     for group in mine:
         for a, b in zip(mine[group], theirs[group], strict=True):
             if not a.hashes and not b.hashes:
@@ -76,7 +78,11 @@ def verify(ours: Path, reference: Path, study) -> dict:
                 by_design.append(f"{group}/{a.run}")
                 continue
             compared += 1
-            verdict = "identical" if found is None else found["chain"]
+            shorter = found is not None and chains.is_prefix(found)
+            if found is not None and shorter:
+                prefixes.append(chains.prefix(f"{group}/{a.run}", found, a.hashes, b.hashes))
+                found = None  # identical as far as both go: a verdict of its own
+            verdict = PREFIX if shorter else "identical" if found is None else found["chain"]
             tally[verdict if verdict in tally else "parted"] += 1
             evaluated += len(set(a.scores) & set(b.scores))
             if described is None or (found is not None and first is None):
@@ -89,7 +95,8 @@ def verify(ours: Path, reference: Path, study) -> dict:
             f"({', '.join(by_design)}): nothing there can be compared bit for bit"
         )
     return {
-        "identical": first is None,
+        "identical": first is None and not prefixes,
+        "prefix": prefixes if first is None else [],
         "runs_compared": compared,
         "checkpoints_evaluated_on_both": evaluated,
         "first_divergence": first,
@@ -179,6 +186,8 @@ def summary(result: dict) -> str:
                 else " (no checkpoint is evaluated on both sides: scores not compared)"
             )
         ]
+    elif result.get("prefix"):
+        lines = [chains.prefix_line(result["prefix"], result["runs_compared"])]
     else:
         first = result["first_divergence"]
         counts = [f"{n} {verdict}" for verdict, n in result.get("tally", {}).items() if n]
