@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-import reprodqn.envs.breakout  # noqa: F401  (registers the envs)
+import reprodqn.envs  # noqa: F401  (registers the envs)
 from reprodqn import exact
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from reprodqn import envs
 from reprodqn.config.params import load_params
 from reprodqn.core.errors import InputError
-from reprodqn.envs import breakout as envs
 from reprodqn.evaluation.protocol import Episode, EpisodeSpec, Protocol, episode_specs
 from reprodqn.training.atari import FIRE, Emulator, FrameHistory, minimal_action_set
 from tests.helpers import PARAMS, TINY, train_tiny
@@ -30,6 +30,16 @@ def test_env_game_is_any_rom_and_a_wrong_one_names_the_nearest():
         load_params(PARAMS, ["env.game=SpaceInvaders"])
     with pytest.raises(InputError, match=r"env.game: .*\(nearest: pong\), got 'pongg'"):
         load_params(PARAMS, ["env.game=pongg"])
+
+
+def test_a_rom_the_emulator_cannot_play_is_refused_with_the_reason():
+    """combat was refused as not a game "the installed ale-py ships", which ships it."""
+    with pytest.raises(InputError) as refused:
+        load_params(PARAMS, ["env.game=combat"])
+    assert str(refused.value).startswith(
+        "--set env.game=combat: env.game: ale-py ships combat's ROM, but the game has no single-player mode and ALE "
+        "ends the process that loads it (it registers no ALE/Combat-v5)"
+    )
 
 
 @pytest.mark.parametrize("game", sorted(KINDS))
