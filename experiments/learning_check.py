@@ -63,7 +63,7 @@ from reprodqn.config.variants import algorithm_name, preset_names  # noqa: E402
 from reprodqn.core import packaged, workspace  # noqa: E402
 from reprodqn.core.atomic import write_text  # noqa: E402
 from reprodqn.core.events import CheckpointWritten  # noqa: E402
-from reprodqn.core.progress import format_duration  # noqa: E402
+from reprodqn.core.progress import format_duration, passing_progress  # noqa: E402
 from reprodqn.dqn.network import q_values  # noqa: E402
 from reprodqn.evaluation import start_states  # noqa: E402
 from reprodqn.evaluation.protocol import (  # noqa: E402
@@ -154,7 +154,7 @@ def train_only(args) -> None:
         flush=True,
     )
     start = time.monotonic()
-    for event in train(config, args.out / "run"):
+    for event in passing_progress(train(config, args.out / "run"), "learning check"):
         if isinstance(event, CheckpointWritten):
             print(f"{event.step:>9,} {time.monotonic() - start:>7.0f}s", flush=True)
 
@@ -303,7 +303,7 @@ def main() -> None:
                 line["step"], probe_checkpoint(run_dir, line, protocol, sequences, histories, specs)
             )
         return
-    for event in train(config, run_dir):
+    for event in passing_progress(train(config, run_dir), "learning check"):
         if isinstance(event, CheckpointWritten):
             record(
                 event.step,

@@ -37,8 +37,9 @@ def test_a_rom_the_emulator_cannot_play_is_refused_with_the_reason():
     with pytest.raises(InputError) as refused:
         load_params(PARAMS, ["env.game=combat"])
     assert str(refused.value).startswith(
-        "--set env.game=combat: env.game: ale-py ships combat's ROM, but the game has no single-player mode and ALE "
-        "ends the process that loads it (it registers no ALE/Combat-v5)"
+        "--set env.game=combat: env.game: ale-py ships combat's ROM, but the game has no "
+        "single-player mode and ALE ends the process that loads it (it registers no "
+        "ALE/Combat-v5)"
     )
 
 

@@ -112,3 +112,12 @@ def test_train_refuses_another_games_start_states_before_training(tmp_path, caps
     assert code == 2 and err.count("\n") == 1
     assert "start states of 'breakout', but env.game is 'pong'" in err
     assert not any(tmp_path.iterdir())
+
+
+def test_study_evaluate_refuses_a_run_of_another_game_before_any_job(tmp_path, capsys):
+    fake_finished_run(tmp_path / "runs", "pong", 6)
+    where = ["--runs-dir", str(tmp_path / "runs"), "--evaluations-dir", str(tmp_path / "ev")]
+    assert cli("study", "evaluate", *where) == 2
+    err = capsys.readouterr().err
+    assert "trained on pong (6 actions), but asked to play breakout (4 actions)" in err
+    assert err.count("\n") == 1 and not (tmp_path / "ev").exists()
