@@ -132,20 +132,6 @@ def config_for(args):
     return params, resolve_run(params, "deterministic", 0)
 
 
-def default_start_sequences(params, game: str) -> str:
-    """Params' states for Breakout (the authors'); a game's own if the package carries them."""
-    if game == "breakout":
-        return params.evaluation.start_sequences
-    own = packaged.game_start_sequences(game)
-    return f"start_sequences/{own.name}" if own else start_states.NONE
-
-
-def locate(name: str) -> Path:
-    """A file named from the caller's directory, or else from the checkout's root."""
-    path = Path(name)
-    return path if path.exists() else ROOT / path
-
-
 def train_only(args) -> None:
     _, config = config_for(args)
     print(
@@ -226,12 +212,12 @@ def main() -> None:
     params, config = config_for(args)
     evaluation = params.evaluation.model_copy(update={"max_frames": args.max_frames})
     protocol = Protocol.for_run(config, evaluation)
-    chosen = args.start_sequences or default_start_sequences(params, config.env.game)
+    chosen = args.start_sequences or start_states.for_game(params.evaluation, config.env.game)
     if chosen == start_states.NONE:  # a game without start states: reset screen + no-ops
         sequences = None
         specs = episode_specs(protocol, args.states, 0, config.env.noop_max)
     else:
-        sequences = start_states.load(locate(chosen))["sequences"][: args.states]
+        sequences = start_states.load(packaged.start_sequences(chosen))["sequences"][: args.states]
         specs = [EpisodeSpec(k, start_sequence=k) for k in range(len(sequences))]
     histories = start_histories(specs, protocol, sequences)
     print(
