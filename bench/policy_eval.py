@@ -21,7 +21,7 @@ import gymnasium as gym
 from stable_baselines3 import DQN
 from stable_baselines3.common.evaluation import evaluate_policy
 
-from reprodqn.envs import breakout
+from reprodqn.envs import atari
 
 
 def ours(model: Path, out: Path, args) -> float:
@@ -52,7 +52,7 @@ def ours(model: Path, out: Path, args) -> float:
 
 
 def theirs(model: DQN, args) -> float:
-    env = gym.make(breakout.ENV_ID, mode="eval", max_frames=args.max_frames)
+    env = gym.make(atari.ENV_ID, mode="eval", max_frames=args.max_frames)
     start = time.perf_counter()
     evaluate_policy(
         model,
@@ -75,7 +75,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "dqn.zip"
         model = DQN(
-            "CnnPolicy", breakout.BreakoutEnv(mode="train"), buffer_size=1_000, seed=0, device="cpu"
+            "CnnPolicy", atari.AtariEnv(mode="train"), buffer_size=1_000, seed=0, device="cpu"
         )  # an untrained policy: the cost is the same
         model.save(path)
         times = {"reprodqn": [], "sb3": []}

@@ -34,7 +34,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn.utils import skip_init  # noqa: E402
 
-from reprodqn.envs.breakout import env_id  # noqa: E402  (registers reprodqn/Breakout-v0, ...)
+from reprodqn.envs import env_id  # noqa: E402  (registers reprodqn/Breakout-v0, ...)
 
 NOT_CONFIG = ("out", "until")  # where the run goes and where this sitting stops
 

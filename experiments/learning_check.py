@@ -63,7 +63,7 @@ from reprodqn.config.variants import algorithm_name, preset_names  # noqa: E402
 from reprodqn.core import packaged, workspace  # noqa: E402
 from reprodqn.core.atomic import write_text  # noqa: E402
 from reprodqn.core.events import CheckpointWritten  # noqa: E402
-from reprodqn.core.progress import format_duration  # noqa: E402
+from reprodqn.core.progress import format_duration, passing_progress  # noqa: E402
 from reprodqn.dqn.network import q_values  # noqa: E402
 from reprodqn.evaluation import start_states  # noqa: E402
 from reprodqn.evaluation.protocol import (  # noqa: E402
@@ -132,20 +132,6 @@ def config_for(args):
     return params, resolve_run(params, "deterministic", 0)
 
 
-def default_start_sequences(params, game: str) -> str:
-    """Params' states for Breakout (the authors'); a game's own if the package carries them."""
-    if game == "breakout":
-        return params.evaluation.start_sequences
-    own = packaged.game_start_sequences(game)
-    return f"start_sequences/{own.name}" if own else start_states.NONE
-
-
-def locate(name: str) -> Path:
-    """A file named from the caller's directory, or else from the checkout's root."""
-    path = Path(name)
-    return path if path.exists() else ROOT / path
-
-
 def train_only(args) -> None:
     _, config = config_for(args)
     print(
@@ -154,7 +140,7 @@ def train_only(args) -> None:
         flush=True,
     )
     start = time.monotonic()
-    for event in train(config, args.out / "run"):
+    for event in passing_progress(train(config, args.out / "run"), "learning check"):
         if isinstance(event, CheckpointWritten):
             print(f"{event.step:>9,} {time.monotonic() - start:>7.0f}s", flush=True)
 
@@ -226,12 +212,12 @@ def main() -> None:
     params, config = config_for(args)
     evaluation = params.evaluation.model_copy(update={"max_frames": args.max_frames})
     protocol = Protocol.for_run(config, evaluation)
-    chosen = args.start_sequences or default_start_sequences(params, config.env.game)
+    chosen = args.start_sequences or start_states.for_game(params.evaluation, config.env.game)
     if chosen == start_states.NONE:  # a game without start states: reset screen + no-ops
         sequences = None
         specs = episode_specs(protocol, args.states, 0, config.env.noop_max)
     else:
-        sequences = start_states.load(locate(chosen))["sequences"][: args.states]
+        sequences = start_states.load(packaged.start_sequences(chosen))["sequences"][: args.states]
         specs = [EpisodeSpec(k, start_sequence=k) for k in range(len(sequences))]
     histories = start_histories(specs, protocol, sequences)
     print(
@@ -303,7 +289,7 @@ def main() -> None:
                 line["step"], probe_checkpoint(run_dir, line, protocol, sequences, histories, specs)
             )
         return
-    for event in train(config, run_dir):
+    for event in passing_progress(train(config, run_dir), "learning check"):
         if isinstance(event, CheckpointWritten):
             record(
                 event.step,

@@ -186,3 +186,20 @@ def test_each_stage_is_kept_as_it_ends_with_its_seconds(tmp_path, capsys):
     clock.now += 3.0
     stages.done("sharing", {"standard": {"1": {}, "4": {}}})
     assert json.loads(path.read_text())["seconds"]["sharing"] == 8.0  # since the last one ended
+
+
+def test_a_loop_that_consumes_the_events_itself_prints_progress_too():
+    """experiments/learning_check.py printed nothing for 17 minutes before its first line:
+    it read the events for its checkpoints and printed only at each."""
+    from reprodqn.core.progress import passing_progress
+
+    clock, out = Clock(), io.StringIO()
+    events = list(simulate(Clock(), [(1000, 0.01), (3000, 0.2)]))
+    replayed = []
+    for event in passing_progress(iter(events), "learning check", clock=clock, stream=out):
+        replayed.append(event)
+        clock.now += 10.0 if isinstance(event, Stepped) else 0.0
+    assert replayed == events  # passed on unchanged
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("learning check: 0/3000 steps (0.0%), filling replay from step 0")
+    assert any(", learning, " in line and "ETA" in line for line in lines)

@@ -237,3 +237,29 @@ def test_differing_values_names_each_path_with_both_values_as_they_are():
     assert len(shown) == 2 and shown[0] != shown[1]  # told apart past the cut
     assert all(len(text) <= 50 and "sha256" in text for text in shown)
     assert differing_values({"a": 1}, {"a": 1}) == []
+
+
+def test_the_cpu_is_named_by_vendor_family_model_and_stepping_outside_the_fingerprint(
+    conditions, monkeypatch
+):
+    """conditions.json named the CPU "AMD EPYC" alone; an older record without these fields
+    differs from a new one in nothing, and the fingerprint never covers them."""
+    from reprodqn.determinism import isa
+
+    info = isa.cpuinfo()
+    cpu = conditions["cpu"]
+    for field, key in (
+        ("vendor", "vendor_id"),
+        ("family", "cpu family"),
+        ("model_number", "model"),
+    ):
+        assert cpu[field] == info.get(key)
+    assert cpu["stepping"] == info.get("stepping") and cpu["all_flags"]
+    older = copy.deepcopy(conditions)
+    for field in ("vendor", "family", "model_number", "stepping"):
+        del older["cpu"][field]
+    assert provenance.differences(conditions, older) == []
+    assert provenance.fingerprint(older) == conditions["fingerprint"]
+    other = copy.deepcopy(conditions)
+    other["cpu"]["stepping"] = "99"
+    assert provenance.differences(conditions, other) == ["cpu.stepping"]

@@ -30,7 +30,9 @@ CUDA_ONLY = ("torch==", "triton==", "cuda-", "nvidia-")
 EPISODE = """
 import json, sys
 import gymnasium as gym
-env = gym.make("reprodqn.envs.breakout:reprodqn/Breakout-v0", mode="eval", max_frames=1500)
+import reprodqn.envs
+gym.register_envs(reprodqn.envs)
+env = gym.make("reprodqn/Breakout-v0", mode="eval", max_frames=1500)
 obs, info = env.reset(options={"episode": 7})
 score, steps, done = 0.0, 0, False
 while not done:  # a fixed policy: the agent's choice is not what is checked here
@@ -138,10 +140,10 @@ def model(tmp_path_factory) -> Path:
     """A small SB3 DQN (untrained: its greedy actions are what evaluate-policy plays)."""
     from stable_baselines3 import DQN
 
-    from reprodqn.envs import breakout
+    from reprodqn.envs import AtariEnv
 
     saved = tmp_path_factory.mktemp("sb3") / "dqn.zip"
-    DQN("CnnPolicy", breakout.BreakoutEnv(), buffer_size=100, seed=3, device="cpu").save(saved)
+    DQN("CnnPolicy", AtariEnv(), buffer_size=100, seed=3, device="cpu").save(saved)
     return saved
 
 

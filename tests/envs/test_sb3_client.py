@@ -17,14 +17,14 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.logger import Logger
 
 from reprodqn.core import workspace
-from reprodqn.envs import breakout
+from reprodqn.envs import atari
 from tests.helpers import PARAMS, cli_env
 
 EPISODES, CAP = 6, 1200
 
 
 def build(seed: int = 0) -> DQN:
-    env = breakout.BreakoutEnv(mode="train", reward_clip=1.0)
+    env = atari.AtariEnv(mode="train", reward_clip=1.0)
     model = DQN(
         "CnnPolicy",
         env,
@@ -96,7 +96,7 @@ def test_evaluate_policy_scores_every_episode_as_sb3s_own_evaluation(model, tmp_
     with open(out / workspace.EVAL_CSV) as handle:
         rows = list(csv.DictReader(handle))
     ours = [(float(r["score"]), int(r["frames"])) for r in rows]
-    env = gym.make(breakout.ENV_ID, mode="eval", max_frames=CAP)  # plays episodes 0, 1, ...
+    env = gym.make(atari.ENV_ID, mode="eval", max_frames=CAP)  # plays episodes 0, 1, ...
     scores, lengths = evaluate_policy(
         trained,
         env,
@@ -153,7 +153,7 @@ def test_a_reprodqn_network_in_sb3_scores_the_evaluators_episodes(model, sticky_
     ours = net.state_dict()
     sb3 = DQN(
         "CnnPolicy",
-        breakout.BreakoutEnv(mode="eval", max_frames=CAP, sticky_p=sticky_p),
+        atari.AtariEnv(mode="eval", max_frames=CAP, sticky_p=sticky_p),
         buffer_size=1_000,
         device="cpu",
     )
@@ -162,7 +162,7 @@ def test_a_reprodqn_network_in_sb3_scores_the_evaluators_episodes(model, sticky_
         for kind in ("weight", "bias"):
             state[f"{theirs}.{kind}"] = ours[f"{name}.{kind}"]
     sb3.policy.load_state_dict(state)
-    env = gym.make(breakout.ENV_ID, mode="eval", max_frames=CAP, sticky_p=sticky_p)
+    env = gym.make(atari.ENV_ID, mode="eval", max_frames=CAP, sticky_p=sticky_p)
     scores, lengths = evaluate_policy(
         sb3,
         env,

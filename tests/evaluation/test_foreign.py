@@ -5,6 +5,7 @@ policy is one line and writes nothing."""
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 
@@ -99,7 +100,7 @@ def test_a_file_that_is_no_such_policy_is_one_line_and_writes_nothing(tmp_path):
     assert result.stderr.count("\n") == 1 and not (tmp_path / "out-unknown").exists()
     for policy, message in (
         (garbage, "not a TorchScript module"),
-        (three, "returns shape (2, 3) for uint8 (2, 4, 84, 84)"),
+        (three, "a policy of 3 actions, but env.game breakout has 4"),
         (tmp_path / "missing.pt", "missing.pt: not found"),
     ):
         out = tmp_path / f"out-{policy.stem}"
@@ -139,3 +140,59 @@ def test_a_policy_that_returns_actions_plays_any_games_actions_and_no_other(tmp_
             assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
             assert "returned action 6; expected 0 to 5 (the game's 6 actions)" in result.stderr
             assert not (tmp_path / out).exists()
+
+
+class SixQValues(torch.nn.Module):
+    """A Pong-sized policy: six Q-values, the first the largest."""
+
+    def forward(self, frames):
+        return torch.nn.functional.one_hot(
+            torch.zeros(frames.shape[0], dtype=torch.long), 6
+        ).float()
+
+
+def test_game_picks_the_games_packaged_start_states_and_another_games_policy_is_named(tmp_path):
+    """`evaluate-policy --game pong` from outside any workspace plays Pong's own start
+    states (it needed --set env.game=pong and --start-sequences too); without it, Pong's
+    policy on Breakout is one line naming both action counts (it was "shape (6,512) vs
+    (4,512)", naming no game)."""
+    torch.jit.save(torch.jit.script(SixQValues()), tmp_path / "pong.pt")
+    base = [sys.executable, "-m", "reprodqn.cli", "evaluate-policy", str(tmp_path / "pong.pt")]
+    small = ["--set", "evaluation.episodes=2", "--set", "evaluation.max_frames=200"]
+    argv = [*base, "--out-dir", str(tmp_path / "out"), "--game", "pong", *small, "--workers", "1"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=cli_env(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    used = json.loads((tmp_path / "out" / workspace.EVAL_JSON).read_text())["start_states"]
+    assert used["file"].endswith("start_sequences/pong.json")
+    assert (
+        used["sequences_sha256"]
+        == start_states.load(ROOT / "start_sequences" / "pong.json")["sequences_sha256"]
+    )
+    argv = [*base, "--out-dir", str(tmp_path / "breakout"), *small]
+    done = subprocess.run(argv, capture_output=True, text=True, env=cli_env(), cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "a policy of 6 actions, but env.game breakout has 4 (" in done.stderr
+    assert "--game NAME" in done.stderr and not (tmp_path / "breakout").exists()
+
+
+def test_an_sb3_model_of_another_games_actions_is_named_as_such(tmp_path):
+    import io
+    import zipfile
+
+    from reprodqn.core.errors import InputError
+    from reprodqn.dqn.network import QNetwork
+    from reprodqn.evaluation.foreign import SB3_LAYERS, sb3_network
+
+    ours = QNetwork("nature", 6, 4, 84).state_dict()
+    state = {
+        f"{theirs}.{kind}": ours[f"{mine}.{kind}"]
+        for theirs, mine in SB3_LAYERS.items()
+        for kind in ("weight", "bias")
+    }
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    with zipfile.ZipFile(tmp_path / "pong.zip", "w") as archive:
+        archive.writestr("policy.pth", buffer.getvalue())
+    with pytest.raises(InputError, match="a policy of 6 actions, but env.game breakout has 4"):
+        sb3_network(tmp_path / "pong.zip", 4, 4, 84, "breakout")
+    assert sb3_network(tmp_path / "pong.zip", 6, 4, 84, "pong") is not None

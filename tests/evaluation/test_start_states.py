@@ -274,3 +274,17 @@ def test_a_studys_start_states_are_checked_before_training_where_it_will_use_the
     # a stage's own file may be remade (select) before evaluation, which checks it then
     stages = "evaluation.start_sequences=start_sequences/selected.json"
     start_states.check_before_training(*study("env.game=pong", stages))
+
+
+def test_the_candidates_line_tells_the_noop_prefix_from_the_papers_random_lengths(tmp_path):
+    """It said "57-97 frames" where the paper says 55-95, without the 2-NOOP prefix."""
+    out = tmp_path / "candidates.json"
+    argv = [sys.executable, "-m", "reprodqn.cli", "candidates", "--params", str(PARAMS)]
+    done = subprocess.run(
+        [*argv, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "1000 sequences, 2 NOOP frames then 55-95 random ones (57-97 in all)" in done.stderr

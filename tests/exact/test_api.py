@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-import reprodqn.envs.breakout  # noqa: F401  (registers the envs)
+import reprodqn.envs  # noqa: F401  (registers the envs)
 from reprodqn import exact
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
@@ -295,8 +295,10 @@ def test_verify_compares_any_two_result_folders(tmp_path):
     result = chains.compare(tmp_path / "a", tmp_path / "c")
     assert result["first_divergence"] == {"run": "seed-0", "step": 20, "fields": ["losses"]}
     _chain(tmp_path / "d" / "seed-0", [1.0, 2.0])
-    assert "is the same through step 20; ours goes on to step 30 and the other stops" in (
-        chains.summary(chains.compare(tmp_path / "a", tmp_path / "d"))
+    shorter = chains.compare(tmp_path / "a", tmp_path / "d")
+    assert shorter["prefix"] and not shorter["identical"]
+    assert chains.summary(shorter) == (
+        "verify: seed-0 identical through step 20; ours goes on to step 30"
     )
     cli = [sys.executable, "-m", "reprodqn.cli", "verify"]
     # run where a study of one's own keeps its own params.yaml (the template's), not ours
@@ -314,6 +316,32 @@ def test_verify_compares_any_two_result_folders(tmp_path):
         [*cli, "a", "nowhere"], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
     )
     assert empty.returncode == 2 and empty.stderr.count("\n") == 1 and "nowhere" in empty.stderr
+
+
+def test_a_replicated_prefix_is_its_own_verdict_and_until_compares_through_a_step(tmp_path):
+    """Rerunning the first part of a long record (the Pong ranker's to 50K of its 1M) said
+    "DIFFERENT: the run is the same through step ..." and exited 1, as a divergence does."""
+    _chain(tmp_path / "record", [1.0, 2.0, 3.0])  # checkpoints at steps 0, 10, 20, 30
+    _chain(tmp_path / "rerun", [1.0, 2.0])
+    _chain(tmp_path / "parted", [1.0, 2.5])
+    cli = [sys.executable, "-m", "reprodqn.cli", "verify"]
+
+    def verify(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*cli, *argv], cwd=tmp_path, env=cli_env(), capture_output=True, text=True
+        )
+
+    prefix = verify("rerun", "record")
+    assert prefix.returncode == chains.PREFIX_EXIT == 4, prefix.stderr
+    assert prefix.stdout.splitlines()[0] == (
+        "verify: identical through step 20; the reference goes on to step 30"
+    )
+    through = verify("rerun", "record", "--until", "20")
+    assert through.returncode == 0, through.stdout + through.stderr
+    assert through.stdout.startswith("verify: identical through step 20: 1 run, every")
+    parted = verify("parted", "record", "--until", "20")
+    assert parted.returncode == 1 and "DIFFERENT" in parted.stdout
+    assert verify("record", "rerun", "--until", "30").returncode == chains.PREFIX_EXIT
 
 
 def test_verify_skips_scratch_copies_names_the_settings_and_refuses_itself(tmp_path):

@@ -269,3 +269,21 @@ def test_a_run_resumed_from_its_point_at_step_0_writes_that_checkpoint_once(tmp_
     steps = [line["step"] for line in read_hashes(tmp_path / "resumed")]
     assert steps == [0, 200, 400]
     assert read_hashes(tmp_path / "resumed") == read_hashes(tmp_path / "whole")
+
+
+def test_a_resume_point_at_step_0_is_kept_and_a_spot_check_starts_from_it(shipped, tmp_path):
+    """`resume-point --step 0` failed: no process record is written by step 0, and it
+    copied the missing process.jsonl."""
+    from reprodqn.core.progress import RunProgress
+
+    root, params = shipped
+    config = resolve_run(params, "deterministic", 0)
+    shipped_run = run_dir(root / "runs", "deterministic", 0)
+    out = tmp_path / "points" / "deterministic" / "0"
+    progress = RunProgress("resume-point deterministic/0", 0, 0, config.replay.learning_starts)
+    rerun.make_resume_point(config, shipped_run, tmp_path / "scratch", out, 0, progress.update)
+    assert json.loads((out / "latest.json").read_text())["step"] == 0
+    assert (out / rerun.SHIPPED_LOGS / "process.jsonl").read_text() == ""
+    scratch = tmp_path / "again"
+    rerun.train_until(config, scratch, 200, out, reference_run=shipped_run)
+    assert rerun.compare_prefix(shipped_run, scratch, 200)["identical"]

@@ -159,15 +159,23 @@ def test_a_run_the_reference_lacks_is_said_so_and_a_folder_without_runs_is_refus
 
 
 def test_a_chain_that_stops_early_is_a_shorter_run_not_a_divergence(tmp_path):
+    """A replication still under way, or a rerun of a record's first part, is identical as
+    far as both go: a verdict of its own (exit 4), not DIFFERENT."""
+    from reprodqn.forensics import chains
+
     ours, theirs = pair(tmp_path)
     hashes = run_dir(ours, 1) / "hashes.jsonl"
     hashes.write_text(hashes.read_text().splitlines()[0] + "\n")
     result = verify.verify(ours, theirs, STUDY)
-    assert result["first_divergence"]["chain"] == "length"
+    assert result["first_divergence"] is None and not result["identical"]
+    assert result["tally"][verify.PREFIX] == 1 and result["tally"]["identical"] == 1
+    assert chains.exit_code(result) == chains.PREFIX_EXIT
     assert verify.summary(result).startswith(
-        "verify: DIFFERENT: deterministic/1 is the same through step 0; the reference goes "
-        "on to step 100 and the other stops"
+        "verify: identical as far as both sides go (2 runs, 1 of them going on further on one "
+        "side): deterministic/1 identical through step 0; the reference goes on to step 100"
     )
+    (run_dir(ours, 0) / "hashes.jsonl").write_text("")  # no checkpoint in common: parted
+    assert chains.exit_code(verify.verify(ours, theirs, STUDY)) == 1
 
 
 def test_scores_are_compared_where_both_sides_evaluated_and_only_there(tmp_path):
@@ -215,11 +223,13 @@ def test_the_settings_that_differ_are_named_with_both_values(tmp_path):
     assert "settings that differ: seeds.minibatch (ours 124, reference 123)" in lines
     # settings in the digest explain the parting: train with the reference's, not trace ops
     assert verify.SETTINGS_FIRST in lines and verify.NEXT not in lines
-    for root, every in ((ours, 3000), (theirs, 1500)):  # outside the digest: no numbers moved
-        config = {"config": {"train": {"resume_every": every}}, "digest": "same"}
-        (run_dir(root) / "config.json").write_text(json.dumps(config))
+    # outside the digest (how a run is computed or saved): no numbers moved, nothing listed
+    for root, every, fast in ((ours, 3000, True), (theirs, 1500, False)):
+        speed = {"cuda_graphs": fast, "replay_on_device": fast, "threads": 1}
+        config = {"config": {"train": {"resume_every": every}, "compute": speed}}
+        (run_dir(root) / "config.json").write_text(json.dumps(config | {"digest": "same"}))
     lines = verify.summary(verify.verify(ours, theirs, STUDY)).splitlines()
-    assert "settings that differ: train.resume_every (ours 3000, reference 1500)" in lines
+    assert not [line for line in lines if line.startswith("settings that differ")]
     assert verify.NEXT in lines and verify.SETTINGS_FIRST not in lines
 
 
@@ -285,8 +295,13 @@ def test_a_shorter_run_is_not_sharpened_by_where_its_log_ends(tmp_path):
     )
     hashes = run_dir(ours) / "hashes.jsonl"
     hashes.write_text(hashes.read_text().splitlines()[0] + "\n")
-    first = verify.verify(ours, theirs, STUDY)["first_divergence"]
-    assert first["chain"] == "length" and "process" not in first
+    (shorter,) = verify.verify(ours, theirs, STUDY)["prefix"]
+    assert shorter == {
+        "run": "deterministic/0",
+        "through": 0,
+        "longer": "the reference",
+        "to": 100,
+    }  # fmt: skip  (no process record: where its log ends is no parting)
 
 
 def test_a_study_whose_every_run_differs_by_design_is_refused_in_one_line(tmp_path):

@@ -79,3 +79,25 @@ def test_the_papers_scale_on_a_cpu_says_what_it_costs_before_training():
     assert "about 595 hours" in cpu_cost_warning(paper, 30, 2, measured=140.0)
     smoke = load_params(PARAMS, ["train.steps=3000"])
     assert cpu_cost_warning(smoke, runs=12, workers=2, measured=None) is None
+
+
+def test_plain_train_runs_in_the_launch_environment_a_study_job_gets(tmp_path):
+    """`reprodqn train` ran with the shell's OMP_NUM_THREADS, MKL_NUM_THREADS and
+    PYTHONHASHSEED (none, here), `study train` with stated ones, so the same run's two
+    launches differed among "all conditions that differ"."""
+    import subprocess
+
+    from tests.helpers import TINY, cli_env, train_command
+
+    shell = cli_env()
+    for name in ("PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        shell.pop(name, None)
+    steps = ["train.steps=200", "train.checkpoint_every=100", "train.resume_every=200"]
+    done = subprocess.run(
+        train_command(tmp_path, [*TINY, *steps]), env=shell, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    recorded = json.loads((tmp_path / "deterministic" / "0" / "conditions.json").read_text())
+    stated = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    assert {name: recorded["numerics"]["environment"][name] for name in stated} == stated
+    assert launch.launch_environment(threads=1) | stated == launch.launch_environment(1)

@@ -117,3 +117,10 @@ def test_zero_workers_is_refused_not_read_as_the_default(tmp_path):
     done = reprodqn(tmp_path, "study", "evaluate", "--workers", "0")
     assert done.returncode == 2
     assert "argument --workers: expected a positive whole number, got '0'" in done.stderr
+
+
+def test_init_says_what_it_made_on_stdout(tmp_path):
+    """Its success line went to stderr, where a command's notes go, not its result."""
+    done = reprodqn(tmp_path, "init", "study")
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.startswith("init: a study workspace in study (")

@@ -5,14 +5,16 @@ its reset screen after its own no-ops, named as not the paper's protocol."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from reprodqn import envs
 from reprodqn.config.params import load_params
 from reprodqn.core.errors import InputError
-from reprodqn.envs import breakout as envs
 from reprodqn.evaluation.protocol import Episode, EpisodeSpec, Protocol, episode_specs
 from reprodqn.training.atari import FIRE, Emulator, FrameHistory, minimal_action_set
 from tests.helpers import PARAMS, TINY, train_tiny
@@ -28,6 +30,17 @@ def test_env_game_is_any_rom_and_a_wrong_one_names_the_nearest():
         load_params(PARAMS, ["env.game=SpaceInvaders"])
     with pytest.raises(InputError, match=r"env.game: .*\(nearest: pong\), got 'pongg'"):
         load_params(PARAMS, ["env.game=pongg"])
+
+
+def test_a_rom_the_emulator_cannot_play_is_refused_with_the_reason():
+    """combat was refused as not a game "the installed ale-py ships", which ships it."""
+    with pytest.raises(InputError) as refused:
+        load_params(PARAMS, ["env.game=combat"])
+    assert str(refused.value).startswith(
+        "--set env.game=combat: env.game: ale-py ships combat's ROM, but the game has no "
+        "single-player mode and ALE ends the process that loads it (it registers no "
+        "ALE/Combat-v5)"
+    )
 
 
 @pytest.mark.parametrize("game", sorted(KINDS))
@@ -158,7 +171,7 @@ def test_pongs_start_states_ship_with_their_ranker_and_are_its_envs_default():
     score = doc["provenance"]["greedy_score"]
     assert len(score["selected"]) == len(score["resets"]) == 100
     env = gym.make("reprodqn/Pong-v0", mode="eval", max_frames=400)
-    assert env.unwrapped.start_sequences == str(shipped)
+    assert Path(env.unwrapped.start_sequences).resolve() == shipped.resolve()
     _, info = env.reset(options={"episode": 3})
     assert info["start_sequence"] == 3
     assert packaged.game_start_sequences("boxing") is None  # none made: none by default

@@ -33,6 +33,24 @@ def add_params_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _SetGame(argparse.Action):
+    """--game NAME: --set env.game=NAME, said as what it is."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        namespace.overrides = [*namespace.overrides, f"env.game={values}"]
+
+
+def add_game_argument(parser: argparse.ArgumentParser) -> None:
+    """--game NAME, for a command that plays a game given from outside a workspace."""
+    parser.add_argument(
+        "--game",
+        action=_SetGame,
+        metavar="NAME",
+        help="the game it plays (env.game; default breakout), with that game's "
+        "start states the package carries unless --start-sequences names others",
+    )
+
+
 def resolve_params_path(args) -> None:
     """An explicit --params wins; else a command comparing with a reference (a workspace or
     an unpacked bundle: verify --reference, trace --resume of a shipped resume point) takes

@@ -20,12 +20,14 @@ def cmd_resume_point(args) -> int:
     from reprodqn.config.params import resolve_run
     from reprodqn.core.progress import RunProgress
     from reprodqn.forensics import rerun
+    from reprodqn.training.run_game import check_run_game
 
     group, run = rerun.parse_run(args.run)
     config = resolve_run(_load(args), group, run)
     run_dir = workspace.run_dir(args.runs_dir, group, run)
     if not (run_dir / workspace.COMPLETE).exists():
         raise InputError(f"{run_dir}: not a finished run (no complete.json)")
+    check_run_game(run_dir, config.env.game)
     if not 0 <= args.step <= config.train.steps:
         raise InputError(f"--step {args.step}: expected 0..{config.train.steps}")
     out = args.out_dir / group / str(run)
@@ -51,13 +53,16 @@ def cmd_trace(args) -> int:
     from reprodqn.config.params import resolve_run
     from reprodqn.core.progress import Progress
     from reprodqn.forensics import trace
+    from reprodqn.training.run_game import check_run_game
 
     config = resolve_run(_load(args), args.group, args.run)
+    run_dir = workspace.run_dir(args.runs_dir, args.group, args.run)
+    check_run_game(run_dir, config.env.game)  # a run not trained here has none to check
     out = args.out or Path("build/trace") / f"{args.group}-{args.run}-from-{args.from_resume}.jsonl"
     progress = Progress(f"trace {args.group}/{args.run}", args.updates, unit="updates")
     info = trace.trace(
         config,
-        workspace.run_dir(args.runs_dir, args.group, args.run),
+        run_dir,
         args.from_resume,
         args.updates,
         out,
@@ -93,7 +98,7 @@ def cmd_trace_diff(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from reprodqn.forensics import verify
+    from reprodqn.forensics import chains, verify
 
     if args.folders:
         return _verify_folders(args)
@@ -127,11 +132,11 @@ def cmd_verify(args) -> int:
         print(verify.spot_check_summary(result))
         return 0 if result["identical"] else 1
     if args.until is not None:
-        raise InputError("verify --until: only with --rerun GROUP/RUN or one result folder")
+        raise InputError("verify --until: only with --rerun GROUP/RUN or result folders")
     params = _load(args)
     result = verify.verify(args.root, args.reference, params.study)
     print(verify.summary(result))
-    return 0 if result["identical"] else 1
+    return chains.exit_code(result)
 
 
 def _verify_folders(args) -> int:
@@ -149,14 +154,14 @@ def _verify_folders(args) -> int:
         return 0 if result["identical"] else 1
     if len(args.folders) == 1:
         return _verify_bundle(args.folders[0], args.signer)
-    if len(args.folders) != 2 or args.until is not None:
+    if len(args.folders) != 2:
         raise InputError(
             "verify: expected an unpacked bundle (verify BUNDLE), two result folders (A B), "
             "or one with --until STEP"
         )
-    result = chains.compare(*args.folders)
+    result = chains.compare(args.folders[0], args.folders[1], until=args.until)
     print(chains.summary(result))
-    return 0 if result["identical"] else 1
+    return chains.exit_code(result)
 
 
 def _verify_bundle(directory: Path, signer: Path | None) -> int:
@@ -222,7 +227,8 @@ def _add_verify(sub) -> None:
         type=positive_int,
         default=None,
         metavar="STEP",
-        help="with --rerun, or one result folder: the step to retrain to",
+        help="with --rerun, or one result folder: the step to retrain to; with two "
+        "folders: the step to compare through",
     )
     _add_verify_options(p)
     p = _stage(

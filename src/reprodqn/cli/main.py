@@ -24,10 +24,14 @@ from reprodqn.core.errors import InputError, MachineError
 def cmd_train(args) -> int:
     from reprodqn.config.params import resolve_run
     from reprodqn.core.progress import report_training
-    from reprodqn.study import tracking
+    from reprodqn.evaluation import start_states
+    from reprodqn.study import launch, tracking
     from reprodqn.training.loop import train
 
-    config = resolve_run(_load(args), args.group, args.run)
+    params = _load(args)
+    config = resolve_run(params, args.group, args.run)
+    start_states.check_before_training(params.evaluation, [config])  # as `study train` does
+    launch.adopt_launch_environment(config.compute.threads, args.relaunch_argv)
     run_dir = workspace.run_dir(args.runs_dir, args.group, args.run)
     events = train(config, run_dir, restart=args.restart)
     if args.track:
@@ -45,10 +49,11 @@ def cmd_candidates(args) -> int:
     params = _load(args)
     doc = start_states.generate_candidates(params.start_states, params.env.game)
     write_json(args.out, doc)
-    lengths = [len(s) for s in doc["sequences"]]
-    print(
-        f"candidates: {doc['count']} sequences of {min(lengths)}-{max(lengths)} frames "
-        f"-> {args.out}",
+    lengths, prefix = [len(s) for s in doc["sequences"]], params.start_states.noop_prefix
+    print(  # the paper's lengths count the random part; ours begin with the NOOP prefix too
+        f"candidates: {doc['count']} sequences, {prefix} NOOP frames then "
+        f"{min(lengths) - prefix}-{max(lengths) - prefix} random ones "
+        f"({min(lengths)}-{max(lengths)} in all) -> {args.out}",
         file=sys.stderr,
     )
     return 0
@@ -290,6 +295,7 @@ def _add_run_stages(sub) -> None:
         required=True,
         help="where eval.csv and eval.json go (and the policy as a checkpoint)",
     )
+    common.add_game_argument(p)
     _evaluation_arguments(p)
 
 
@@ -340,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.relaunch_argv = sys.argv[1:] if argv is None else None  # a command line's own
     with lifeline.stop_on_sigterm():
         return _run(args)
 

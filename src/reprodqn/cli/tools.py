@@ -54,8 +54,7 @@ def cmd_init(args) -> int:
         f"init: a study workspace in {args.directory} ({', '.join(written)}); there, "
         "`dvc repro` runs the study and `reprodqn train --group deterministic --run 0` one "
         "run",
-        file=sys.stderr,
-    )
+    )  # what it made, on stdout: the command's result, not a note beside it
     return 0
 
 

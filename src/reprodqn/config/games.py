@@ -31,6 +31,13 @@ def rom_ids() -> tuple[str, ...]:
     )
 
 
+def _unplayable() -> set[str]:
+    """The ROMs the installed ale-py ships but cannot play (rom_ids leaves them out)."""
+    import ale_py
+
+    return set(ale_py.roms.get_all_rom_ids()) - set(rom_ids())
+
+
 def display_name(game: str) -> str:
     """The game's name as ALE's registered ids spell it (`ALE/{name}-v5`)."""
     return game.title().replace("_", "")
@@ -42,6 +49,12 @@ def unknown_game(game: str) -> str | None:
     known = rom_ids()
     if game in known:
         return None
+    if game in _unplayable():
+        return (
+            f"ale-py ships {game}'s ROM, but the game has no single-player mode and ALE "
+            f"ends the process that loads it (it registers no ALE/{display_name(game)}-v5); "
+            f"expected one of the {len(known)} games it plays"
+        )
     squashed = game.lower().replace("_", "").replace("-", "")
     by_name = {display_name(g).lower(): g for g in known}
     if squashed in by_name:

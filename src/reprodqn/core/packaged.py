@@ -78,9 +78,10 @@ def carries(name: str | Path) -> bool:
 
 
 def start_sequences(name: str | Path) -> Path:
-    """A start-sequence file as params or a flag name it: the file itself if it exists
-    here; else, for a file the package carries (the authors' states, or another game's
-    start_sequences/GAME.json), the package's copy (evaluating from any directory)."""
+    """A start-sequence file as params, a flag or the env name it, found by the one rule
+    every door shares: the file itself if it exists here (a workspace's); else, for a file
+    the package carries (the authors' states, or another game's start_sequences/GAME.json),
+    the package's copy (evaluating from any directory)."""
     path = Path(name)
     if path.exists() or not carries(path):
         return path

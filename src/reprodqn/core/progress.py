@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -161,6 +161,26 @@ class RunProgress:
                     "eta_seconds": eta,
                 },
             )
+
+
+def passing_progress(
+    events: Iterable,
+    label: str,
+    clock: Callable[[], float] = time.monotonic,
+    stream: TextIO | None = None,
+) -> Iterator:
+    """A run's events passed on unchanged while its progress is printed as `train` prints
+    it (a line at once, then by time, rate and ETA within the current phase): for a loop
+    that consumes the events itself, as experiments/learning_check.py does."""
+    progress = None
+    for event in events:
+        if isinstance(event, Started):
+            progress = RunProgress(
+                label, event.total, event.step, event.learning_starts, stream, clock
+            )
+        elif isinstance(event, ProcessRecord | Stepped) and progress is not None:
+            progress.update(event.step)
+        yield event
 
 
 def report_training(

@@ -72,6 +72,18 @@ def package_version(name: str) -> str | None:
         return None
 
 
+# which CPU exactly (/proc/cpuinfo's words): a reader's, never the fingerprint's, whose ISA
+# flags say what changes numbers
+CPU_IDENTITY = {
+    "vendor": "vendor_id",
+    "family": "cpu family",
+    "model_number": "model",
+    "stepping": "stepping",
+}
+# conditions records made before them lack these: absent on one side is no difference
+RECORDED_SINCE = {f"cpu.{name}" for name in CPU_IDENTITY}
+
+
 def cpu_info() -> dict:
     fields = isa.cpuinfo()
     flags = isa.machine_flags()
@@ -79,6 +91,7 @@ def cpu_info() -> dict:
 
     return {
         "model": fields.get("model name") or platform.processor() or platform.machine(),
+        **{name: fields.get(key) for name, key in CPU_IDENTITY.items()},
         "architecture": platform.machine(),
         "logical_cores": os.cpu_count(),
         "usable_cores": len(os.sched_getaffinity(0))
@@ -289,6 +302,8 @@ def differences(ours: dict, theirs: dict, prefix: str = "") -> list[str]:
     for key in sorted(set(ours) | set(theirs)):
         a, b = ours.get(key), theirs.get(key)
         path = f"{prefix}{key}"
+        if path in RECORDED_SINCE and (key not in ours or key not in theirs):
+            continue
         if isinstance(a, dict) and isinstance(b, dict):
             changed += differences(a, b, path + ".")
         elif a != b:

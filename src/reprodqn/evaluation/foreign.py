@@ -26,6 +26,7 @@ from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.determinism.checkpoints import save_weights
 from reprodqn.dqn.network import QNetwork
+from reprodqn.evaluation import start_states
 from reprodqn.evaluation.protocol import (
     TORCHSCRIPT_SUFFIXES,
     Evaluator,
@@ -48,9 +49,12 @@ SB3_LAYERS = {
 }
 
 
-def sb3_network(path: Path, n_actions: int, history_length: int, screen_size: int) -> QNetwork:
+def sb3_network(
+    path: Path, n_actions: int, history_length: int, screen_size: int, game: str = "breakout"
+) -> QNetwork:
     """The online Q-network of an SB3 DQN zip, in reprodqn's Nature network; one line for a
-    file that is not one, or whose network does not fit these observations and actions."""
+    file that is not one, or whose network does not fit these observations and the game's
+    actions (naming the game)."""
     try:
         with zipfile.ZipFile(path) as archive:
             data = archive.read(SB3_MEMBER)
@@ -81,6 +85,8 @@ def sb3_network(path: Path, n_actions: int, history_length: int, screen_size: in
                     f"{path}: no {name}; expected a DQN with CnnPolicy "
                     "(NatureCNN), the Nature network"
                 )
+            if ours == "layers.9" and tensor.shape[1:] == expected[target].shape[1:]:
+                _check_actions(path, int(tensor.shape[0]), n_actions, game)
             if tensor.shape != expected[target].shape:
                 raise InputError(
                     f"{path}: {name} has shape {tuple(tensor.shape)}, expected "
@@ -92,7 +98,18 @@ def sb3_network(path: Path, n_actions: int, history_length: int, screen_size: in
     return net.eval()
 
 
-def check_scripted(path: Path, n_actions: int, history_length: int, screen_size: int) -> None:
+def _check_actions(path: Path, actions: int, n_actions: int, game: str) -> None:
+    """A policy's action count is the game's: another game's network is named as such."""
+    if actions != n_actions:
+        raise InputError(
+            f"{path}: a policy of {actions} actions, but env.game {game} has {n_actions} "
+            "(evaluate it on the game it was trained on: --game NAME)"
+        )
+
+
+def check_scripted(
+    path: Path, n_actions: int, history_length: int, screen_size: int, game: str = "breakout"
+) -> None:
     """A TorchScript policy that loads and answers a batch of observations with Q-values or
     actions; one line otherwise."""
     if not path.exists():
@@ -110,6 +127,8 @@ def check_scripted(path: Path, n_actions: int, history_length: int, screen_size:
             f"{path}: fails on uint8 {shape} observations ({error})".splitlines()[0]
         ) from None
     actions = out.dim() == 1 and not out.is_floating_point()
+    if out.dim() == 2 and out.shape[0] == 2:
+        _check_actions(path, int(out.shape[1]), n_actions, game)
     if not (actions or tuple(out.shape) == (2, n_actions)):
         raise InputError(
             f"{path}: returns shape {tuple(out.shape)} for uint8 {shape} "
@@ -147,7 +166,8 @@ def evaluate_policy_file(
             uint8 (N, 4, 84, 84) to (N, n_actions) Q-values or (N,) actions.
         out_dir: where the results go (made if missing).
         params: loaded params (`config.params.load_params`); None: the package's own.
-        start_sequences: a start-sequence file; None: params' (the authors' 100).
+        start_sequences: a start-sequence file; None: params' (for another game than
+            Breakout, its own where params keep the default: start_states.for_game).
         workers: evaluation processes; the results never depend on it.
     """
     if params is None:
@@ -156,22 +176,21 @@ def evaluate_policy_file(
         params = load_params(packaged.default_params())
     env, policy, out_dir = params.env, Path(policy), Path(out_dir)
     n_actions = len(minimal_action_set(env.game))
+    shape = (n_actions, env.history_length, env.screen_size, env.game)
     scripted = policy.suffix in TORCHSCRIPT_SUFFIXES
     if scripted:
-        check_scripted(policy, n_actions, env.history_length, env.screen_size)
+        check_scripted(policy, *shape)
     else:
-        net = sb3_network(policy, n_actions, env.history_length, env.screen_size)
+        net = sb3_network(policy, *shape)
+    chosen = start_sequences or start_states.for_game(params.evaluation, env.game)
     protocol, specs, sequences, sequences_sha, used = protocol_episodes(
-        params, params.evaluation, Path(start_sequences) if start_sequences else None
+        params, params.evaluation, Path(chosen)
     )
     policy_sha256 = sha256_file(policy)
-    if scripted:  # evaluated from its own file, checked against this hash in every worker
-        digest, policies = policy_sha256, {0: policy.resolve()}
-    else:
-        digest, policies = (
-            _as_checkpoint(net, out_dir, env, n_actions, f"{policy.name} (sha256 {policy_sha256})"),
-            None,
-        )
+    # a TorchScript policy is evaluated from its own file, its hash checked in every worker
+    policies = {0: policy.resolve()} if scripted else None
+    source = f"{policy.name} (sha256 {policy_sha256})"
+    digest = policy_sha256 if scripted else _as_checkpoint(net, out_dir, env, n_actions, source)
     hashes = [{"step": 0, "weights_sha256": digest}]
     # a policy may fail in play (an action the game lacks)
     with no_empty_folder_left(out_dir), Evaluator(protocol, sequences, workers) as evaluator:

@@ -212,6 +212,7 @@ def evaluate_stage(
     from reprodqn.config.params import resolve_run
     from reprodqn.core.atomic import read_json
     from reprodqn.core.errors import InputError
+    from reprodqn.training.run_game import check_run_game
 
     config = resolve_run(params, group, run)
     run_dir = workspace.run_dir(runs, group, run)
@@ -220,6 +221,7 @@ def evaluate_stage(
             f"{run_dir}: training is not complete; run `reprodqn train "
             f"--group {group} --run {run}` first"
         )
+    check_run_game(run_dir, config.env.game)
     hashes = workspace.read_hashes(run_dir)
     protocol, specs, sequences, sequences_sha, used = protocol_episodes(
         config, params.evaluation, start_sequences

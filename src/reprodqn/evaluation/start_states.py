@@ -162,14 +162,25 @@ def check_game(doc: dict, path: Path, game: str) -> None:
     if doc.get("game", "breakout") != game:
         shipped = packaged.game_start_sequences_name(game)
         remedy = (
-            f"the package's for {game}: evaluation.start_sequences: {shipped}"
+            f"evaluate with the package's for {game}: evaluation.start_sequences: {shipped}"
             if shipped
-            else "make that game's with the select stage"
+            else f"make {game}'s with the candidates, ranker and select stages"
         )
         raise InputError(
             f"{path}: start states of {doc.get('game')!r}, but env.game is {game!r} "
-            f"(evaluate with {remedy}, or with evaluation.start_sequences: none)"
+            f"({remedy}, or set evaluation.start_sequences: none)"
         )
+
+
+def for_game(evaluation, game: str) -> str:
+    """The start states a policy plays on `game` when no file is named: params'
+    evaluation.start_sequences; where that is the package's default (Breakout's, which
+    another game would refuse), the package's for the game, or none for a game it carries
+    none for (as the game's Gymnasium env chooses)."""
+    chosen = str(evaluation.start_sequences)
+    if chosen != packaged.DEFAULT_START_SEQUENCES or game == "breakout":
+        return chosen
+    return packaged.game_start_sequences_name(game) or NONE
 
 
 def check_before_training(evaluation, configs) -> None:

@@ -13,6 +13,7 @@ import sys
 from itertools import zip_longest
 from pathlib import Path
 
+from reprodqn.config.compute import SPEED_OPTIONS
 from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
 from reprodqn.core.digests import sha256_file
@@ -22,6 +23,12 @@ from reprodqn.determinism.provenance import differing_values, fingerprint_fields
 from reprodqn.forensics.checkpoint_files import check_runs
 
 CHAIN_FIELDS = {key: name for name, key in workspace.CHAINS.items()} | {"updates": "updates"}
+# verify's exit codes: 0 identical, 1 DIFFERENT, 2 bad input, 3 a machine error, and this:
+# every pair identical as far as both go, one side's chain going on past the other's
+PREFIX_EXIT = 4
+# settings a run's digest leaves out (how it is computed or saved, never what it computes):
+# two runs that differ only there have one digest and one chain, so they are not listed
+OUTSIDE_DIGEST = {"compute": SPEED_OPTIONS, "train": ("resume_every",)}
 
 
 NOT_RUNS = {  # folders whose hashes.jsonl is a copy or a rerun of a run's, not a run
@@ -83,8 +90,10 @@ def first_difference(ours: list[dict], theirs: list[dict]) -> dict | None:
     return None
 
 
-def compare(ours: str | Path, reference: str | Path) -> dict:
-    """Every run the two folders share, compared checkpoint by checkpoint."""
+def compare(ours: str | Path, reference: str | Path, until: int | None = None) -> dict:
+    """Every run the two folders share, compared checkpoint by checkpoint (through step
+    `until` where given); a pair where one chain is the start of the other is a prefix,
+    its own verdict, not a divergence."""
     ours, reference = Path(ours), Path(reference)
     refuse_itself(ours, reference)
     mine, theirs = runs(ours), runs(reference)
@@ -97,18 +106,22 @@ def compare(ours: str | Path, reference: str | Path) -> dict:
             f"{ours} and {reference} share no run (runs: {', '.join(sorted(mine))} "
             f"against {', '.join(sorted(theirs))})"
         )
-    first = None
+    first, prefixes = None, []
     checked = check_runs([*(mine[n] for n in shared), *(theirs[n] for n in shared)])  # files too
     for name in shared:
-        found = first_difference(
-            workspace.read_hashes(mine[name]), workspace.read_hashes(theirs[name])
-        )
-        if found is not None:
+        a, b = (_through(workspace.read_hashes(side[name]), until) for side in (mine, theirs))
+        found = first_difference(a, b)
+        if found is not None and is_prefix(found):
+            prefixes.append(prefix(name, found, a, b))
+        elif found is not None:
             first = {"run": name, **found}
             break
     described = first["run"] if first is not None else shared[0]
+    alike = first is None and set(mine) == set(theirs)
     return {
-        "identical": first is None and set(mine) == set(theirs),
+        "identical": alike and not prefixes,
+        "prefix": prefixes if alike else [],
+        "until": until,
         "runs_compared": len(shared),
         "checkpoint_files_checked": checked,
         "first_divergence": first,
@@ -119,6 +132,50 @@ def compare(ours: str | Path, reference: str | Path) -> dict:
         ),
         "config_differing": config_differences(mine[described], theirs[described]),
     }
+
+
+def _through(hashes: list[dict], until: int | None) -> list[dict]:
+    return hashes if until is None else [h for h in hashes if h["step"] <= until]
+
+
+def is_prefix(found: dict) -> bool:
+    """first_difference's record of one chain stopping where the other goes on, after at
+    least one checkpoint in common."""
+    return found.get("fields", [found.get("chain")]) == ["length"] and (
+        found.get("last_shared") is not None
+    )
+
+
+def prefix(run: str, found: dict, ours: list[dict], theirs: list[dict]) -> dict:
+    """A pair where one chain is the start of the other: the run, the last step both
+    have, which side goes on and to which step."""
+    longer = ours if found["ours"] else theirs
+    return {
+        "run": run,
+        "through": found["last_shared"],
+        "longer": "ours" if found["ours"] else "the reference",
+        "to": longer[-1]["step"],
+    }
+
+
+def prefix_line(prefixes: list[dict], runs: int) -> str:
+    """verify's verdict where every pair is identical as far as both go."""
+    said = [
+        f"{'' if p['run'] == '.' else p['run'] + ' '}identical through step {p['through']}; "
+        f"{p['longer']} goes on to step {p['to']}"
+        for p in prefixes
+    ]
+    if len(said) == 1 and runs == 1:
+        return f"verify: {said[0]}"
+    return (
+        f"verify: identical as far as both sides go ({plural(runs, 'run')}, "
+        f"{len(said)} of them going on further on one side): {' | '.join(said)}"
+    )
+
+
+def exit_code(result: dict) -> int:
+    """0 identical, PREFIX_EXIT identical as far as both go, 1 DIFFERENT."""
+    return 0 if result["identical"] else PREFIX_EXIT if result.get("prefix") else 1
 
 
 def refuse_itself(ours: Path, reference: Path) -> None:
@@ -144,7 +201,16 @@ def config_differences(ours: Path, theirs: Path) -> list[str]:
     records = _both(ours, theirs, workspace.RUN_CONFIG, "run config")
     if records is None:
         return []
-    return differing_values(*(record.get("config") or {} for record in records))
+    return differing_values(*(_in_digest(record.get("config") or {}) for record in records))
+
+
+def _in_digest(config: dict) -> dict:
+    """A run's settings less those OUTSIDE_DIGEST."""
+    kept = dict(config)
+    for section, names in OUTSIDE_DIGEST.items():
+        if isinstance(kept.get(section), dict):
+            kept[section] = {k: v for k, v in kept[section].items() if k not in names}
+    return kept
 
 
 def _both(ours: Path, theirs: Path, name: str, what: str) -> list[dict] | None:
@@ -252,11 +318,14 @@ def differing_lines(result: dict) -> list[str]:
 def summary(result: dict) -> str:
     """What `reprodqn verify A B` prints."""
     first, runs = result["first_divergence"], plural(result["runs_compared"], "run")
+    through = "" if result.get("until") is None else f" through step {result['until']}"
     if result["identical"]:
         lines = [
-            f"verify: identical: {runs}, every checkpoint's weights and loss chain"
+            f"verify: identical{through}: {runs}, every checkpoint's weights and loss chain"
             + files_checked(result)
         ]
+    elif result.get("prefix"):
+        lines = [prefix_line(result["prefix"], result["runs_compared"])]
     elif first is None:
         lines = [f"verify: DIFFERENT: the {runs} on both sides match; not every run is on both"]
     else:

@@ -170,8 +170,9 @@ def make_resume_point(
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(workspace.resume_dir(scratch), staging)
     (staging / SHIPPED_LOGS).mkdir()
-    for name in LOGS:
-        shutil.copyfile(scratch / name, staging / SHIPPED_LOGS / name)
+    for name in LOGS:  # at step 0 no process record is written yet: an empty log, then
+        log = scratch / name
+        (staging / SHIPPED_LOGS / name).write_bytes(log.read_bytes() if log.exists() else b"")
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
     return check

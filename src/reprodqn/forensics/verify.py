@@ -43,6 +43,7 @@ def check_bundle(reference: Path) -> None:
 NOT_TRAINED = "not trained here"  # the "chain" of a run the reference has and ours lacks
 NOT_IN_REFERENCE = "not trained in the reference"  # and of a run ours has and it lacks
 SCORES_ONLY = "scores differ, chains identical"  # an evaluation that is not what they play
+PREFIX = "identical as far as both go"  # one side's chain goes on past the other's
 SETTINGS_FIRST = (
     "next: the settings below differ, among them some that change numbers, which alone "
     "part chains; train with the reference's (its params.yaml) before looking for the op"
@@ -68,7 +69,10 @@ def verify(ours: Path, reference: Path, study) -> dict:
     first, compared, evaluated = None, 0, 0
     described: tuple[str, int] | None = None
     by_design = []  # runs whose chains differ, as designed: not a replication failure
-    tally = dict.fromkeys(("identical", "parted", SCORES_ONLY, NOT_TRAINED, NOT_IN_REFERENCE), 0)
+    prefixes = []  # runs whose chain on one side is the start of the other side's
+    tally = dict.fromkeys(
+        ("identical", PREFIX, "parted", SCORES_ONLY, NOT_TRAINED, NOT_IN_REFERENCE), 0
+    )
     for group in mine:
         for a, b in zip(mine[group], theirs[group], strict=True):
             if not a.hashes and not b.hashes:
@@ -78,10 +82,14 @@ def verify(ours: Path, reference: Path, study) -> dict:
                 by_design.append(f"{group}/{a.run}")
                 continue
             compared += 1
+            shorter = found is not None and chains.is_prefix(found)
+            if found is not None and shorter:
+                prefixes.append(chains.prefix(f"{group}/{a.run}", found, a.hashes, b.hashes))
+                found = None  # identical as far as both go: a verdict of its own
             if found is not None and found["chain"] == "evaluation":
                 if chains.first_difference(a.hashes, b.hashes) is None:
                     found["chain"] = SCORES_ONLY  # the same weights, other scores
-            verdict = "identical" if found is None else found["chain"]
+            verdict = PREFIX if shorter else "identical" if found is None else found["chain"]
             tally[verdict if verdict in tally else "parted"] += 1
             evaluated += len(set(a.scores) & set(b.scores))
             if described is None or (found is not None and first is None):
@@ -94,7 +102,8 @@ def verify(ours: Path, reference: Path, study) -> dict:
             f"({', '.join(by_design)}): nothing there can be compared bit for bit"
         )
     return {
-        "identical": first is None,
+        "identical": first is None and not prefixes,
+        "prefix": prefixes if first is None else [],
         "runs_compared": compared,
         "checkpoints_evaluated_on_both": evaluated,
         "checkpoint_files_checked": checkpoints,
@@ -186,6 +195,8 @@ def summary(result: dict) -> str:
             )
             + chains.files_checked(result)
         ]
+    elif result.get("prefix"):
+        lines = [chains.prefix_line(result["prefix"], result["runs_compared"])]
     else:
         first = result["first_divergence"]
         counts = [f"{n} {verdict}" for verdict, n in result.get("tally", {}).items() if n]

@@ -77,12 +77,36 @@ class Executor(Protocol):
     ) -> list[JobResult]: ...
 
 
+def launch_environment(threads: int) -> dict[str, str]:
+    """The launch settings a run states however it is started (a study's job, or plain
+    `train`, which adopts them): its thread counts, and a fixed hash seed unless one is
+    given, so the two never differ among the conditions."""
+    return {
+        "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0"),
+        **dict.fromkeys(isa.THREAD_ENV, str(threads)),
+    }
+
+
+def adopt_launch_environment(threads: int, argv: list[str] | None) -> None:
+    """This process takes a study job's launch settings: the thread counts at once (torch
+    is not loaded yet), and a hash seed, which Python reads only when it starts, by
+    starting `reprodqn ARGV` again in its place (argv None: a process that must not be
+    replaced, a test's, keeps its own)."""
+    stated = launch_environment(threads)
+    seed = stated.pop("PYTHONHASHSEED")
+    os.environ.update(stated)
+    if argv is not None and os.environ.get("PYTHONHASHSEED") != seed:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        command = [sys.executable, "-m", "reprodqn.cli", *argv]
+        os.execve(sys.executable, command, {**os.environ, "PYTHONHASHSEED": seed})
+
+
 def job_environment(threads: int) -> dict[str, str]:
     """The environment every job starts from: numerics settings stated, not inherited."""
     env = {name: os.environ[name] for name in JOB_ENVIRONMENT if name in os.environ}
-    env.setdefault("PYTHONHASHSEED", "0")
+    env.update(launch_environment(threads))
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", isa.CUBLAS_WORKSPACE)
-    env.update(dict.fromkeys(isa.THREAD_ENV, str(threads)))
     env["PYTHONUNBUFFERED"] = "1"
     # a job meeting a run another process writes waits for it, then skips or resumes
     env.setdefault(

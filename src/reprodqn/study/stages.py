@@ -24,6 +24,7 @@ def study_jobs(
     """The stage's jobs, without the runs already finished with these params and
     conditions (the job itself re-checks the conditions fingerprint)."""
     from reprodqn.config.params import resolve_run
+    from reprodqn.training.run_game import check_run_game
 
     fingerprint = workspace.current_fingerprint()
     jobs = []
@@ -45,7 +46,8 @@ def study_jobs(
             ):
                 continue
             argv += ["--restart", "--track"]
-        else:
+        else:  # a run of another game is refused here, before any job starts
+            check_run_game(workspace.run_dir(runs, group, run), config.env.game)
             argv += ["--evaluations-dir", str(evaluations.resolve()), "--workers", "1", "--track"]
         jobs.append(Job(f"{group}/{run}", argv, job_environment(params.compute.threads)))
     return jobs
