@@ -180,6 +180,24 @@ def check(
     stage.done("audit", audit.summary(audited))
     alone = chains["deterministic"][0]
     stage.done("fast_path", fast_path(params, settings, device, alone, out, log))
+    shared(params, settings, device, sharing, out, launch_settings, alone, stage)
+    result["replicable"] = replicable(result)
+    write_json(out / "gpu-check.json", result)
+    write_text(out / "gpu-check.md", report(result))
+    return result
+
+
+def shared(
+    params: Path,
+    settings: list[str],
+    device: str,
+    sharing: list[int],
+    out: Path,
+    launch_settings: Settings,
+    alone: list[dict],
+    stage: progress.StagedRecord,
+) -> None:
+    """The sweep of runs sharing the device under its launch settings, each held to `alone`."""
     with sharing_launcher(launch_settings, device, out / "mps-control.log") as launcher:
         swept = gpu_sharing.sweep(
             launcher,
@@ -188,7 +206,7 @@ def check(
             device,
             sharing,
             out,
-            log,
+            out / "train.log",
             lambda swept: stage.note(
                 sharing=swept["rates"], sharing_parted=parted_from(alone, swept["chains"])
             ),
@@ -196,10 +214,6 @@ def check(
     stage.done("sharing_launch", launcher.record())
     stage.done("sharing", swept["rates"])
     stage.done("sharing_parted", parted_from(alone, swept["chains"]))
-    result["replicable"] = replicable(result)
-    write_json(out / "gpu-check.json", result)
-    write_text(out / "gpu-check.md", report(result))
-    return result
 
 
 def replicable(result: dict) -> bool:

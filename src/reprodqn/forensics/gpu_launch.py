@@ -1,9 +1,9 @@
-"""How gpu-check and bench/gpu_throughput.py start `reprodqn` processes, and the launch
-settings of runs sharing one GPU, none of which changes a kernel and so none a chain:
-under an MPS daemon (forensics/mps.py), waiting on the GPU by blocking instead of spinning
-(CU_CTX_SCHED_BLOCKING_SYNC, set in each process before torch makes its context: torch
-exposes no switch for it), and each run pinned to a core of its own. Each is recorded with
-the rates it gave."""
+"""Launching the runs gpu-check and bench/gpu_throughput.py start, each a `reprodqn`
+process, with the launch settings of runs sharing one GPU. None changes a kernel, so none
+a chain: an MPS daemon (forensics/mps.py); blocking instead of spinning while a run waits
+on the GPU (CU_CTX_SCHED_BLOCKING_SYNC, set in each process before torch makes its
+context: torch has no switch for it); each run pinned to a core of its own. Each is
+recorded with the rates it gave."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
-"""NVIDIA's Multi-Process Service (MPS) as a launch setting for runs sharing one GPU: a
-daemon of this process's own (user-level pipe and log directories, no root), started
-before the runs and always stopped after them, so that their kernels run concurrently
-instead of taking turns. The same kernels with the same launch settings, so the same bits,
-as long as no SM limit is set: cuBLAS promises the same bits only on the same SM count,
-so CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is never set, and refused where the environment
-has it. A client that cannot reach the daemon runs without it and says nothing, so the
-daemon's control.log is read for each one. Where the binary or a CUDA device is missing
-it says so in one line and the runs share the GPU as before."""
+"""NVIDIA's Multi-Process Service (MPS) as a launch setting for runs sharing one GPU. A
+daemon of this process's own (user-level pipe and log directories, no root) is started
+before the runs and always stopped after them, so that their kernels run at once instead
+of taking turns: the same kernels with the same launch settings, so the same bits, as long
+as no SM limit is set. cuBLAS promises the same bits only on the same SM count, so
+CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is never set, and refused where the environment has it.
+A client that cannot reach the daemon runs without it and says nothing, so the daemon's
+control.log is read for each one. Where the binary or a CUDA device is missing it says so
+in one line and the runs share the GPU as before."""
 
 from __future__ import annotations
 
