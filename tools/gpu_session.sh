@@ -27,8 +27,8 @@
 #      bench/gpu_throughput.py at K = 8 and 16 on both paths three times, one after the
 #      other: as today (the runs taking turns), under MPS (--mps), and under MPS with the
 #      host's settings (--mps --blocking-sync --pin); each run's chain held to the chain it
-#      has alone, every time (about 6.5 min)
-#        run(command="bash tools/gpu_session.sh mps", carry=[".whl"], timeout_s=480)
+#      has alone, every time (about 6 min; each sweep may take 150 s)
+#        run(command="bash tools/gpu_session.sh mps", carry=[".whl"], timeout_s=500)
 #   `probe`: the universal numerics' probe (tools/universal_probe.py) under that host's
 #      torch, compared with tests/golden/universal-probe.json (about 1 min). numba there
 #      comes from .numba/ (llvmlite's 57 MiB wheel, xz'd, does not fit beside .whl in one
@@ -94,7 +94,7 @@ if [ "$part" = mps ]; then
       mps) flags=(--mps) ;;
       host) flags=(--mps --blocking-sync --pin) ;;
     esac
-    step 130 "throughput-$variant" python3 bench/gpu_throughput.py --sharing 8 16 \
+    step 150 "throughput-$variant" python3 bench/gpu_throughput.py --sharing 8 16 \
       --steps 2400 --out "/tmp/throughput-$variant" "${flags[@]}"
     cp "/tmp/throughput-$variant/gpu-throughput.json" "$OUT/throughput-$variant.json" 2>/dev/null
     cp "/tmp/throughput-$variant/train.log" "$OUT/throughput-$variant-train.log" 2>/dev/null
@@ -105,7 +105,7 @@ if [ "$part" = mps ]; then
 fi
 if [ "$part" = probe ]; then
   step 120 universal-probe python3 tools/universal_probe.py --updates 4
-  tail -n 1 "$OUT/universal-probe.log" >"$OUT/universal-probe.json"
+  grep '^{"sha256"' "$OUT/universal-probe.log" | tail -n 1 >"$OUT/universal-probe.json"
   python3 - "$OUT/universal-probe.json" <<'COMPARE' | tee -a "$log"
 import json
 import sys
