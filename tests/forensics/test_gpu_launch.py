@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from reprodqn.cli import main as cli
+from reprodqn.core.errors import InputError
 from reprodqn.forensics import gpu_launch, mps
 
 # each "run" writes the cores it may run on and the settings its environment carries
@@ -61,13 +62,14 @@ def test_a_run_that_never_attached_is_named_and_recorded(monkeypatch, tmp_path, 
     (tmp_path / "log").mkdir()
 
     def launch(runs, params, overrides, runs_dir, log, env, cores, pids):
-        pids.extend([501, 502])  # the daemon saw only the first
+        pids.extend([501, 502])  # the daemon saw only the first, and the second failed
         daemon.control_log.write_text("[t Control 9] NEW CLIENT 501 from user 0: ...\n")
-        return 1.0
+        raise InputError("gpu-check: a training run failed (exit [0, 1])")
 
     monkeypatch.setattr(gpu_launch, "launch", launch)
     launcher = gpu_launch.Launcher(gpu_launch.Settings(mps=True), daemon)
-    launcher([("deterministic", 0), ("deterministic", 1)], None, [], tmp_path, tmp_path / "log")
+    with pytest.raises(InputError, match="a training run failed"):
+        launcher([("deterministic", 0), ("deterministic", 1)], None, [], tmp_path, tmp_path / "x")
     line = (
         f"mps: run 1 of 2 in {tmp_path} (pid 502) never attached to the MPS daemon: it ran "
         "without MPS"

@@ -108,16 +108,20 @@ class Launcher:
         self, runs: list[tuple], params: Path, overrides: list[str], runs_dir: Path, log: Path
     ) -> float:
         pids: list[int] = []
-        seconds = launch(runs, params, overrides, runs_dir, log, self.env(), self.cores(), pids)
-        if self.daemon is not None:
-            for pid in self.daemon.unattached(pids):
-                line = (
-                    f"mps: run {pids.index(pid)} of {len(pids)} in {runs_dir} (pid {pid}) "
-                    "never attached to the MPS daemon: it ran without MPS"
-                )
-                print(line, file=sys.stderr)
-                self.unattached.append(line)
-        return seconds
+        try:
+            return launch(runs, params, overrides, runs_dir, log, self.env(), self.cores(), pids)
+        finally:  # runs that failed are named too: a missed daemon may be why
+            if self.daemon is not None:
+                self._name_unattached(self.daemon, pids, runs_dir)
+
+    def _name_unattached(self, daemon: mps.Daemon, pids: list[int], runs_dir: Path) -> None:
+        for pid in daemon.unattached(pids):
+            line = (
+                f"mps: run {pids.index(pid)} of {len(pids)} in {runs_dir} (pid {pid}) "
+                "never attached to the MPS daemon: it ran without MPS"
+            )
+            print(line, file=sys.stderr)
+            self.unattached.append(line)
 
     def record(self) -> dict:
         """The settings as they ran: MPS used or not, every client attached, the cores."""
