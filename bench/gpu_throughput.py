@@ -11,6 +11,10 @@ bench/cleanrl_compare.py times it; without, its published rate is printed, named
 
     .venv/bin/python bench/gpu_throughput.py [--sharing 1 4 8 16] [--steps 6000]
         [--device cuda] [--out DIR] [--cleanrl DIR --cleanrl-python PY]
+        [--mps] [--blocking-sync] [--pin]
+
+--mps, --blocking-sync and --pin are launch settings of the runs sharing the GPU, as in
+`reprodqn gpu-check` (forensics/gpu_launch.py), recorded with the rates under "launch".
 
 `--device cpu` rehearses it (the fast path is then the device replay alone).
 """
@@ -25,7 +29,8 @@ from pathlib import Path
 
 import common
 
-from reprodqn.forensics import gpu_check, gpu_sharing
+from reprodqn.cli.forensics import add_launch_settings
+from reprodqn.forensics import gpu_check, gpu_launch, gpu_sharing
 
 STUDY_STEPS = 30 * 20_000_000  # the paper: 6 groups x 5 runs x 20M agent steps
 CLEANRL_PUBLISHED = 455  # agent steps/s: 10M steps in about 365 min, from CleanRL's docs' plots
@@ -39,13 +44,16 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="runs and the record here")
     parser.add_argument("--cleanrl", type=Path, default=None, metavar="DIR")
     parser.add_argument("--cleanrl-python", default=sys.executable, metavar="PY")
+    add_launch_settings(parser)
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="gpu-throughput-"))
     out.mkdir(parents=True, exist_ok=True)
     settings = [*gpu_check.scale(args.steps), f"compute.device={args.device}"]
-    swept = gpu_sharing.sweep(
-        gpu_check.launch, common.PARAMS, settings, args.device, args.sharing, out, out / "train.log"
-    )
+    launch = gpu_launch.Settings(args.mps, args.blocking_sync, args.pin)
+    with gpu_launch.sharing(launch, args.device, out / "mps-control.log") as launcher:
+        swept = gpu_sharing.sweep(
+            launcher, common.PARAMS, settings, args.device, args.sharing, out, out / "train.log"
+        )
     first = swept["chains"]["standard"].get(str(args.sharing[0]))
     if not first:  # nothing to hold the chains to: say why, with the runs' last lines
         print("\n".join(gpu_sharing.table(swept["rates"])))
@@ -56,7 +64,9 @@ def main() -> int:
     parted = gpu_check.parted_from(alone, swept["chains"])
     # the chain itself (its last line), to hold another session's runs to
     record = {"settings": settings, "rates": swept["rates"], "parted": parted, "chain": alone[-1]}
+    record["launch"] = launcher.record()
     print("\n".join(gpu_sharing.table(swept["rates"])))
+    print(gpu_launch.describe(record["launch"]))
     print("every run's chain: " + ("the one it has alone" if not parted else f"PARTED {parted}"))
     path, k, rate = gpu_sharing.best_sharing(swept["rates"])
     print(projection(path, k, rate, args.device))

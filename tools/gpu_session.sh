@@ -21,15 +21,43 @@
 # record) and gpu-check-train.log (check); throughput.json and throughput-train.log (bench).
 # Each part starts from empty directories: a rerun on the warm machine must not find the
 # last call's finished runs (a finished run returns at once).
+#
+# Issue 65's, two more parts, one call each (tools/device_wheels.sh first, as above):
+#   `mps`: its first line says whether nvidia-cuda-mps-control exists there; then
+#      bench/gpu_throughput.py at K = 8 and 16 on both paths three times, one after the
+#      other: as today (the runs taking turns), under MPS (--mps), and under MPS with the
+#      host's settings (--mps --blocking-sync --pin); each run's chain held to the chain it
+#      has alone, every time (about 6 min; each sweep may take 150 s)
+#        run(command="bash tools/gpu_session.sh mps", carry=[".whl"], timeout_s=500)
+#   `probe`: the universal numerics' probe (tools/universal_probe.py) under that host's
+#      torch, compared with tests/golden/universal-probe.json (about 1 min). numba there
+#      comes from .numba/ (llvmlite's 57 MiB wheel, xz'd, does not fit beside .whl in one
+#      call's 64 MiB), unless the host has its own
+#        run(command="bash tools/gpu_session.sh probe", carry=[".numba"], timeout_s=150)
+# What comes back: mps: session.log, nvidia-smi.txt, mps-binary.txt, throughput-{plain,mps,
+# host}.json, mps-control.log and steps.tar.gz (each step's whole output and train.log);
+# probe: session.log, universal-probe.json, universal-probe.log.
 set -uo pipefail
-part=${1:?"which part: check or bench"}
+part=${1:?"which part: check, bench, mps or probe"}
 OUT=${OUT:-build/gpu-session}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
+if [ "$part" = mps ]; then  # first: is MPS there at all
+  control=$(command -v nvidia-cuda-mps-control)
+  echo "mps: nvidia-cuda-mps-control ${control:-not found on PATH}" | tee "$OUT/mps-binary.txt"
+fi
+if [ "$part" = probe ]; then
+  mkdir -p /tmp/site
+  if ! python3 -c "import numba" 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+      .numba/*.whl && tar -xJf .numba/llvmlite.tar.xz -C /tmp/site || exit 1
+  fi
+else
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+fi
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 PYTHONHASHSEED=0
 export TORCH_SHOW_CPP_STACKTRACES=1  # a refused capture names the op, not only the error
-rm -rf /tmp/gpu-check /tmp/throughput
+rm -rf /tmp/gpu-check /tmp/throughput /tmp/throughput-*
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
 log="$OUT/session.log"
 step() {  # step SECONDS NAME COMMAND...: run it, time it, its whole output in NAME.log
@@ -58,4 +86,39 @@ if [ "$part" = bench ]; then
   cp /tmp/throughput/gpu-throughput.json "$OUT/throughput.json" 2>/dev/null
   cp /tmp/throughput/train.log "$OUT/throughput-train.log" 2>/dev/null
   tail -n 20 "$OUT/throughput.log" 2>/dev/null
+fi
+if [ "$part" = mps ]; then
+  for variant in plain mps host; do
+    case $variant in
+      plain) flags=() ;;
+      mps) flags=(--mps) ;;
+      host) flags=(--mps --blocking-sync --pin) ;;
+    esac
+    step 150 "throughput-$variant" python3 bench/gpu_throughput.py --sharing 8 16 \
+      --steps 2400 --out "/tmp/throughput-$variant" "${flags[@]}"
+    cp "/tmp/throughput-$variant/gpu-throughput.json" "$OUT/throughput-$variant.json" 2>/dev/null
+    cp "/tmp/throughput-$variant/train.log" "$OUT/throughput-$variant-train.log" 2>/dev/null
+  done
+  cp /tmp/throughput-host/mps-control.log "$OUT/" 2>/dev/null ||
+    cp /tmp/throughput-mps/mps-control.log "$OUT/" 2>/dev/null
+  (cd "$OUT" && tar -czf steps.tar.gz throughput-*.log && rm -f throughput-*.log)
+fi
+if [ "$part" = probe ]; then
+  step 120 universal-probe python3 tools/universal_probe.py --updates 4
+  grep '^{"sha256"' "$OUT/universal-probe.log" | tail -n 1 >"$OUT/universal-probe.json"
+  python3 - "$OUT/universal-probe.json" <<'COMPARE' | tee -a "$log"
+import json
+import sys
+
+golden = json.load(open("tests/golden/universal-probe.json"))
+try:
+    got = json.load(open(sys.argv[1]))
+except ValueError:
+    sys.exit("universal probe: no result (see universal-probe.log)")
+same = got["sha256"] == golden["sha256"] and got["greedy"] == golden["greedy"]
+print(
+    f"universal probe on torch {got['torch']} ({got['machine']}): "
+    + ("the golden hash" if same else f"DIFFERS: {got['sha256']}, golden {golden['sha256']}")
+)
+COMPARE
 fi

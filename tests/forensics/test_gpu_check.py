@@ -4,6 +4,7 @@ checks as on a GPU (the gpu group then emulates its kernels)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -47,6 +48,8 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
         "agent.batch_size=8",
         "--out",
         str(out),
+        "--pin",  # launch settings of the runs sharing the device: recorded, the chain kept
+        "--blocking-sync",
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -71,6 +74,13 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
         assert all(rate > 0 for rate in by_k["2"]["annealed_per_run"])
         assert by_k["2"]["annealed"] == pytest.approx(sum(by_k["2"]["annealed_per_run"]))
     assert found["sharing_parted"] == {}  # four more runs of the pair's seeds: its chain
+    assert found["sharing_launch"] == {
+        "mps": {"asked": False, "used": False, "unattached": []},
+        "blocking_sync": True,
+        "pinned_to": sorted(os.sched_getaffinity(0)),
+    }
+    # a run asked to block while it waits on a GPU, on a CPU: said in its log, nothing else
+    assert "blocking sync: no CUDA driver" in (out / "train.log").read_text()
     assert "nondeterminism by design: none" in found["audit"]
     report = (out / "gpu-check.md").read_text()
     assert "**one hash chain**" in report and "they part: weights at checkpoint step 600" in report
@@ -81,9 +91,11 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
     assert "sharing the device, 2 at a time, on both paths: **the same chain**" in report
     assert "two runs: **one hash chain**, **the standard path's** (on a CPU the fast" in report
     assert "| fast | 2 |" in report and "| standard | 2 |" in report
+    assert "without MPS, in turns; waiting on it by blocking; each pinned to a core" in report
     # what came, check by check, with its seconds: the same results as the final record
     partial = json.loads((out / "gpu-check.partial.json").read_text())
-    stages = ["deterministic", "gpu_group", "gpu_group_ops", "audit", "fast_path", "sharing"]
+    stages = ["deterministic", "gpu_group", "gpu_group_ops", "audit", "fast_path"]
+    stages += ["sharing_launch", "sharing"]
     assert set(partial["seconds"]) == {*stages, "sharing_parted"}
     assert all(partial[key] == found[key] for key in stages)
     assert found["study_holds"]["capacity"] == 1_000_000  # params.yaml's, not the check's
@@ -117,6 +129,11 @@ def gpu_result(rates: dict, sharing_parted: dict, fast_parts: bool = False) -> d
         "audit": "audit",
         "sharing": by_path,
         "sharing_parted": sharing_parted,
+        "sharing_launch": {
+            "mps": {"asked": False, "used": False, "unattached": []},
+            "blocking_sync": False,
+            "pinned_to": None,
+        },
         "replicable": not sharing_parted and not fast_parts,
     }
 

@@ -177,11 +177,12 @@ def _verify_bundle(directory: Path, signer: Path | None) -> int:
 
 
 def cmd_gpu_check(args) -> int:
-    from reprodqn.forensics import gpu_check
+    from reprodqn.forensics import gpu_check, gpu_launch
 
     _load(args)  # the CPU floor, before torch loads
+    settings = gpu_launch.Settings(args.mps, args.blocking_sync, args.pin)
     return gpu_check.main(
-        args.params, args.overrides, args.device, args.steps, args.sharing, args.out
+        args.params, args.overrides, args.device, args.steps, args.sharing, args.out, settings
     )
 
 
@@ -346,3 +347,20 @@ def _add_audit(sub) -> None:
         help="runs at once for the throughput table, on each path (default 1 4 8 16)",
     )
     p.add_argument("--out", type=Path, default=Path("build/gpu-check"))
+    add_launch_settings(p)
+
+
+def add_launch_settings(p) -> None:
+    """How the runs sharing the GPU are started: launch settings, none of which changes a chain."""
+    p.add_argument(
+        "--mps",
+        action="store_true",
+        help="under an MPS daemon of its own, started and stopped here, so that their "
+        "kernels run concurrently (no SM limit); without the binary, said and run without",
+    )
+    p.add_argument(
+        "--blocking-sync",
+        action="store_true",
+        help="each run's thread blocks while it waits on the GPU instead of spinning",
+    )
+    p.add_argument("--pin", action="store_true", help="each run pinned to a core of its own")

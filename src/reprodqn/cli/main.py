@@ -7,6 +7,7 @@ Input errors print one line and exit 2; nothing already written is touched.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from reprodqn.cli.common import positive_int, refuse_inside_a_bundle, resolve_pa
 from reprodqn.cli.common import stage as _stage
 from reprodqn.core import lifeline, storage, workspace
 from reprodqn.core.errors import InputError, MachineError
+from reprodqn.forensics import gpu_launch
 
 # ---------------------------------------------------------------------------------------------
 # Stage commands: each a few lines over a module
@@ -347,6 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.relaunch_argv = sys.argv[1:] if argv is None else None  # a command line's own
+    if os.environ.get(gpu_launch.BLOCKING_SYNC):  # a launch setting: before torch's context
+        refused = gpu_launch.apply_blocking_sync()
+        if refused:
+            print(f"reprodqn: {refused}", file=sys.stderr)
     with lifeline.stop_on_sigterm():
         return _run(args)
 

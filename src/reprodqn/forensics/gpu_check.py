@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from reprodqn.core import progress, workspace
 from reprodqn.core.atomic import write_json, write_text
 from reprodqn.core.errors import InputError
-from reprodqn.forensics import gpu_sharing
+from reprodqn.forensics import gpu_launch, gpu_sharing
+from reprodqn.forensics.gpu_launch import AS_BEFORE, Settings, command, launch
+from reprodqn.forensics.gpu_launch import sharing as sharing_launcher
 
 NO_GPU_EXIT = 3
 NEVER = {"weights": None, "losses": None}  # first_parting of two equal chains
@@ -48,39 +49,6 @@ def scale(steps: int) -> list[str]:
         f"agent.target_sync_every={max(steps // 6, 1)}",
         f"agent.epsilon_decay_steps={max(steps // 3, 1)}",
     ]
-
-
-def command(name: str, params: Path, overrides: list[str], runs_dir: Path) -> list[str]:
-    """A `reprodqn NAME` process over these params and overrides, runs kept in runs_dir."""
-    return [
-        sys.executable,
-        "-m",
-        "reprodqn.cli",
-        name,
-        "--params",
-        str(params),
-        "--runs-dir",
-        str(runs_dir),
-        *(a for item in overrides for a in ("--set", item)),
-    ]
-
-
-def launch(
-    runs: list[tuple], params: Path, overrides: list[str], runs_dir: Path, log: Path
-) -> float:
-    """Train these runs at once, each in its own process; seconds until the last ends. A run
-    is (group, run), or (group, run, folder) to train in a runs folder of its own."""
-    start = time.perf_counter()
-    with open(log, "a") as out:
-        procs = []
-        for group, run, *own in runs:
-            argv = command("train", params, overrides, own[0] if own else runs_dir)
-            argv += ["--group", group, "--run", str(run)]
-            procs.append(subprocess.Popen(argv, stdout=out, stderr=out))
-        codes = [p.wait() for p in procs]
-    if any(codes):
-        raise InputError(f"gpu-check: a training run failed (exit {codes}); see {log}")
-    return time.perf_counter() - start
 
 
 def op_parting(params: Path, overrides: list[str], out: Path, log: Path) -> dict:
@@ -165,7 +133,13 @@ def require_device(device: str) -> None:
 
 
 def check(
-    params: Path, overrides: list[str], device: str, steps: int, sharing: list[int], out: Path
+    params: Path,
+    overrides: list[str],
+    device: str,
+    steps: int,
+    sharing: list[int],
+    out: Path,
+    launch_settings: Settings = AS_BEFORE,
 ) -> dict:
     import torch
 
@@ -174,6 +148,7 @@ def check(
     from reprodqn.forensics import audit
 
     require_device(device)
+    launch_settings.refuse(device)  # before the first run, not at the sweep
     out.mkdir(parents=True, exist_ok=True)
     log = out / "train.log"
     settings = [*scale(steps), f"compute.device={device}", *overrides]
@@ -205,24 +180,40 @@ def check(
     stage.done("audit", audit.summary(audited))
     alone = chains["deterministic"][0]
     stage.done("fast_path", fast_path(params, settings, device, alone, out, log))
-    swept = gpu_sharing.sweep(
-        launch,
-        params,
-        settings,
-        device,
-        sharing,
-        out,
-        log,
-        lambda swept: stage.note(
-            sharing=swept["rates"], sharing_parted=parted_from(alone, swept["chains"])
-        ),
-    )
-    stage.done("sharing", swept["rates"])
-    stage.done("sharing_parted", parted_from(alone, swept["chains"]))
+    shared(params, settings, device, sharing, out, launch_settings, alone, stage)
     result["replicable"] = replicable(result)
     write_json(out / "gpu-check.json", result)
     write_text(out / "gpu-check.md", report(result))
     return result
+
+
+def shared(
+    params: Path,
+    settings: list[str],
+    device: str,
+    sharing: list[int],
+    out: Path,
+    launch_settings: Settings,
+    alone: list[dict],
+    stage: progress.StagedRecord,
+) -> None:
+    """The sweep of runs sharing the device under its launch settings, each held to `alone`."""
+    with sharing_launcher(launch_settings, device, out / "mps-control.log") as launcher:
+        swept = gpu_sharing.sweep(
+            launcher,
+            params,
+            settings,
+            device,
+            sharing,
+            out,
+            out / "train.log",
+            lambda swept: stage.note(
+                sharing=swept["rates"], sharing_parted=parted_from(alone, swept["chains"])
+            ),
+        )
+    stage.done("sharing_launch", launcher.record())
+    stage.done("sharing", swept["rates"])
+    stage.done("sharing_parted", parted_from(alone, swept["chains"]))
 
 
 def replicable(result: dict) -> bool:
@@ -355,6 +346,7 @@ def report(result: dict) -> str:
             else "**they part**: "
             + "; ".join(f"{name} {_parted(found, steps)}" for name, found in shared.items())
         ),
+        "- " + gpu_launch.describe(result["sharing_launch"]),
         f"- The gpu group's two runs, same seeds: they {_parted(result['gpu_group'], steps)}",
         f"- Op by op, over their first {result['gpu_group_ops']['updates']} updates: "
         + trace_diff.first_line(result["gpu_group_ops"]["first"]),
@@ -369,10 +361,16 @@ def report(result: dict) -> str:
 
 
 def main(
-    params: Path, overrides: list[str], device: str, steps: int, sharing: list[int], out: Path
+    params: Path,
+    overrides: list[str],
+    device: str,
+    steps: int,
+    sharing: list[int],
+    out: Path,
+    launch_settings: Settings = AS_BEFORE,
 ) -> int:
     try:
-        result = check(params, overrides, device, steps, sharing, out)
+        result = check(params, overrides, device, steps, sharing, out, launch_settings)
     except NoGpu as error:
         print(error, file=sys.stderr)
         return NO_GPU_EXIT
