@@ -71,10 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     params = yaml.safe_load(args.params.read_text())
     config = params["train"]
-    process = exact.setup(threads=config["threads"])  # exact
+    process = exact.setup(threads=config["threads"], numerics=config["numerics"])  # exact
     universal_mode = config["numerics"] == "universal"
-    if universal_mode:
-        universal.configure(threads=config["threads"])  # exact: one chain on any machine
     exact.start_run(args.out, params, process)  # exact: refuses a folder of other params
     seeds = dict(params["seeds"])
     streams = exact.Streams(numpy={"data": seeds.pop("data")}, torch=seeds)  # exact

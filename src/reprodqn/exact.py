@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,7 @@ import numpy as np
 
 from reprodqn.core import workspace
 from reprodqn.core.atomic import append_line, truncate
+from reprodqn.core.entry import main
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
 from reprodqn.determinism.gym_state import GymEnv
@@ -82,6 +82,7 @@ class Setup:
     deterministic_gpu: bool
     applied: dict = field(default_factory=dict)
     cpu_reduction_order: str = "fixed"  # reprodqn's gpu-group emulation; scripts keep it fixed
+    numerics: str = "standard"
 
 
 def cpu_floor(floor: str = "portable") -> dict:
@@ -105,6 +106,7 @@ def setup(
     cpu_isa: str | None = None,
     device: str = "cpu",
     deterministic_gpu: bool = True,
+    numerics: str = "standard",
 ) -> Setup:
     """Make this process compute exactly. Call it before `import torch`, whose kernels read
     the CPU floor's knobs at their first op (refused after, unless the environment holds
@@ -116,20 +118,26 @@ def setup(
             default: the floor cpu_floor() pinned, else "portable".
         device: "cpu", "cuda" or "auto".
         deterministic_gpu: deterministic algorithms and cuDNN, cuBLAS's fixed workspace.
+        numerics: "standard" (torch's kernels) or "universal" (the layers and optimizers of
+            `universal` compute one chain on every machine; universal-numerics.md).
     """
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise InputError(f"threads: {threads!r}; expected a whole number, at least 1")
     if device not in DEVICES:
         raise InputError(f"device: {device!r}; expected one of {', '.join(DEVICES)}")
+    if numerics not in ("standard", "universal"):
+        raise InputError(f"numerics: {numerics!r}; expected standard or universal")
     cpu_isa = cpu_isa or (_FLOOR_APPLIED[0] if _FLOOR_APPLIED else "portable")
     cpu_floor(cpu_isa)
     for name in isa.THREAD_ENV:  # inherited by any worker the script starts
         os.environ[name] = str(threads)
-    from reprodqn.determinism import global_generators, numerics
+    from reprodqn.determinism import global_generators
+    from reprodqn.determinism import numerics as settings
 
-    torch_device, applied = numerics.configure(device, threads, deterministic_gpu)
+    torch_device, applied = settings.configure(device, threads, deterministic_gpu)
+    applied |= settings.configure_universal(numerics, threads)
     global_generators.start("setup()")
-    return Setup(torch_device, threads, cpu_isa, deterministic_gpu, applied)
+    return Setup(torch_device, threads, cpu_isa, deterministic_gpu, applied, numerics=numerics)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,30 +379,3 @@ def start_run(directory: str | Path, config: Mapping[str, Any], process: Setup) 
     from reprodqn.determinism import run_folder
 
     return run_folder.start(Path(directory), config, process)
-
-
-def main(function: Callable[[], object]) -> None:
-    """Run a script's main function as reprodqn's commands run: a refusal of this library
-    (bad input, exit 2) or a machine that failed under it (a full disk, exit 3) is one
-    line on stderr, `SCRIPT: error: ...`, with no traceback; anything else is a bug and
-    keeps its traceback. Exits with the function's return value if it is an int, else 0.
-    Use it as `if __name__ == "__main__": exact.main(main)`."""
-    from reprodqn.core import storage
-    from reprodqn.core.errors import MachineError
-
-    name = Path(sys.argv[0]).name or "python"
-    try:
-        result = function()
-    except InputError as error:
-        print(f"{name}: error: {error}", file=sys.stderr)
-        sys.exit(2)
-    except MachineError as error:
-        print(f"{name}: machine error: {error}", file=sys.stderr)
-        sys.exit(3)
-    except Exception as error:  # a full disk or quota met while writing
-        found = storage.describe(error, name, Path.cwd(), "every file already written is whole")
-        if found is None:
-            raise
-        print(f"{name}: machine error: {found}", file=sys.stderr)
-        sys.exit(3)
-    sys.exit(result if isinstance(result, int) and not isinstance(result, bool) else 0)

@@ -91,3 +91,40 @@ def test_a_torch_float_op_inside_strict_is_refused_naming_it():
 def test_a_torch_layer_in_a_universal_network_is_refused():
     with pytest.raises(universal.NumericsError, match="0 is torch's"):
         universal.check_supported(torch.nn.Sequential(torch.nn.Conv2d(1, 1, 2)))
+
+
+def test_a_script_set_up_in_the_universal_numerics_records_them(tmp_path):
+    """exact.setup(numerics="universal"): the conditions and the chain name the mode, so a
+    resume in the other mode is refused and verify never compares the two."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import sys\n"
+        "from reprodqn import exact\n"
+        "process = exact.setup(threads=1, numerics='universal')\n"
+        "conditions = exact.start_run(sys.argv[1], {'seed': 1}, process)\n"
+        "print(conditions['numerics']['numerics'], process.applied['universal_backend'][:4])\n"
+    )
+    env = {"PYTHONPATH": f"{ROOT / 'src'}", "PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}
+    shown = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert shown.returncode == 0, shown.stderr[-1500:]
+    assert shown.stdout.split() == ["universal", "cpu:"]
+    recorded = json.loads((tmp_path / "run" / "conditions.json").read_text())
+    assert recorded["numerics"]["numerics_spec"] == universal.SPEC_VERSION
+    bad = subprocess.run(
+        [sys.executable, "-c", "from reprodqn import exact; exact.setup(numerics='fast')"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert "numerics: 'fast'; expected standard or universal" in bad.stderr
