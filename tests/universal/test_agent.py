@@ -1,0 +1,55 @@
+"""The universal agents' learning rule on hand-built Q tables: Double DQN's target takes the
+online network's first greedy action valued by the target network, DQN's the target's own
+maximum, ties going to the first action; and a universal Double DQN trains to one chain."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from reprodqn.config.params import load_params
+from reprodqn.dqn.agent import UniversalDoubleDQN, UniversalDQN, make_agent
+from tests.config.test_variants import Table
+from tests.helpers import PARAMS, TINY, train_tiny
+
+UNIVERSAL = ["compute.numerics=universal", "env.resize=linear_exact"]
+
+
+def universal_agent(double: bool):
+    config = load_params(PARAMS, ["agent.network=nips", f"agent.double={double}"]).agent
+    agent = make_agent(
+        config,
+        n_actions=2,
+        history_length=4,
+        screen_size=84,
+        device=torch.device("cpu"),
+        init_generator=torch.Generator().manual_seed(1),
+        learning_starts=50_000,
+        reward_clip=1.0,
+        numerics="universal",
+    )
+    agent.online = Table([[1.0, 3.0], [4.0, 0.0], [2.0, 2.0]])
+    agent.target = Table([[5.0, 2.0], [1.0, 7.0], [-0.0, 0.0]])
+    return agent
+
+
+def test_the_universal_targets_are_the_rules():
+    next_states = torch.zeros(3, 4, 84, 84, dtype=torch.uint8)
+    next_states[1], next_states[2] = 1, 2
+    double, dqn = universal_agent(True), universal_agent(False)
+    assert isinstance(double, UniversalDoubleDQN) and type(dqn) is UniversalDQN
+    # state 2: online ties at 2 -> its first action, whose target value is -0
+    assert double.next_values(next_states).tolist() == [2.0, 1.0, -0.0]
+    assert np.signbit(double.next_values(next_states)[2])
+    # the target's own maximum; its tie of -0 and +0 keeps the first (-0)
+    values = dqn.next_values(next_states)
+    assert values.tolist() == [5.0, 7.0, 0.0] and np.signbit(values[2])
+
+
+def test_a_universal_double_dqn_with_adam_trains_twice_to_one_chain(tmp_path):
+    variant = ["agent.double=true", "agent.optimizer=adam", "train.steps=400"]
+    params = load_params(PARAMS, [*TINY, *UNIVERSAL, *variant])
+    first = train_tiny(params, tmp_path / "a")
+    assert first == train_tiny(params, tmp_path / "b")
+    assert all(line["numerics"] == "universal" for line in first)
+    assert first[-1]["updates"] > 0
