@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import sys
 
 import torch
 
@@ -60,6 +61,18 @@ def keep_freed_memory() -> dict:
     return {"malloc": "glibc", "mmap_threshold": MMAP_THRESHOLD, "trim_threshold": TRIM_THRESHOLD}
 
 
+def use_deterministic_algorithms(mode: bool) -> None:
+    """torch.use_deterministic_algorithms(mode), without importing torch._inductor where no
+    compile has loaded it yet: torch's function imports it (and torch._dynamo with it) only
+    to set inductor's `deterministic` flag, 0.8-2.5 s at every start. That flag's config
+    reads TORCHINDUCTOR_DETERMINISTIC when a script first compiles, so it is set there."""
+    os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1" if mode else "0"
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.deterministic = mode  # type: ignore[attr-defined]
+    torch._C._set_deterministic_algorithms(mode, warn_only=False)
+
+
 def configure(
     device_request: str, threads: int, deterministic_gpu: bool
 ) -> tuple[torch.device, dict]:
@@ -73,7 +86,7 @@ def configure(
         torch.set_num_interop_threads(1)  # allowed once per process, before parallel work
     except RuntimeError:
         pass
-    torch.use_deterministic_algorithms(deterministic_gpu)
+    use_deterministic_algorithms(deterministic_gpu)
     # ...which also NaN-fills every new tensor before its first write, CPU ones included: a
     # guard against kernels that read memory they never wrote, which changes no result here
     # (golden chain). Off, as Megatron-LM (~15% on GPUs) and Ultralytics now run it; on this

@@ -119,7 +119,7 @@ def start(directory: Path, config: Mapping[str, Any], process: Any) -> dict:
         if not (directory / workspace.SBOM).exists():
             from reprodqn.determinism import sbom
 
-            sbom.write_sbom(directory / workspace.SBOM)
+            sbom.link_sbom(directory / workspace.SBOM)
 
     if resumed_from is None:
         write()

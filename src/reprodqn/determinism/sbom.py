@@ -1,6 +1,7 @@
 """The CycloneDX bill of materials of the running Python environment (results/sbom.cdx.json):
-made by cyclonedx-bom, made reproducible, and kept once made, since the same environment
-always gives the same file and making it takes 20 s and more."""
+made by cyclonedx-bom, made reproducible, and kept once per environment, since the same
+environment always gives the same file and making it takes 10-20 s; a reprodqn.exact run
+folder holds a hard link to the kept file."""
 
 from __future__ import annotations
 
@@ -9,31 +10,64 @@ import json
 import os
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 from reprodqn.core.digests import json_digest
 
 
 def write_sbom(path: Path) -> dict:
-    """A CycloneDX JSON SBOM of this Python environment at `path`. Making one takes cyclonedx
-    20 s and more, and the same environment always gives the same file, so it is made once
-    per environment: read from the environment itself if it carries one (`bake_sbom`, as the
-    image does at build time), else from the user's cache, else made and kept in that cache
-    (a cache that cannot be written is skipped). Both are named by a digest of every
-    installed distribution's name, version and location and of this interpreter, so a
-    changed environment never reads another's."""
+    """A CycloneDX JSON SBOM of this Python environment at `path` (the study's
+    results/sbom.cdx.json), written in full. Making one takes cyclonedx 20 s and more, and
+    the same environment always gives the same file, so it is made once per environment:
+    read from the environment itself if it carries one (`bake_sbom`, as the image does at
+    build time), else from the user's cache, else made and kept in that cache (a cache that
+    cannot be written is skipped). Both are named by `sbom_key`, so a changed environment
+    never reads another's."""
+    from reprodqn.core.atomic import write_json
+
+    doc = kept_sbom()[1]
+    write_json(path, doc)
+    return doc
+
+
+def link_sbom(path: Path) -> str:
+    """The environment's kept SBOM at `path` as a hard link to the kept file (a run folder's
+    copy costs no time and no disk), else a copy (another filesystem), else written (no
+    cache could be kept). The kept file is read-only, so neither name can change the
+    other. Returns "linked", "copied" or "written"."""
+    from reprodqn.core.atomic import write_json, write_text
+
+    kept, doc = kept_sbom()
+    if kept is not None:
+        try:
+            os.link(kept, path)
+            return "linked"
+        except OSError:
+            with contextlib.suppress(OSError):
+                write_text(path, kept.read_text())
+                return "copied"
+    write_json(path, doc)
+    return "written"
+
+
+def kept_sbom() -> tuple[Path | None, dict]:
+    """The file this environment's SBOM is kept in (baked, else cached, made and cached
+    now where neither is) and its document; no file where the cache cannot be written."""
     from reprodqn.core.atomic import write_json
 
     key = sbom_key()
+    for kept in (environment_sbom_path(key), sbom_cache_path(key)):
+        doc = read_kept(kept)
+        if doc is not None:
+            return kept, doc
+    doc = sbom_document()
     cached = sbom_cache_path(key)
-    doc = read_kept(environment_sbom_path(key)) or read_kept(cached)
-    if doc is None:
-        doc = sbom_document()
-        with contextlib.suppress(OSError):
-            write_json(cached, doc)
-    write_json(path, doc)
-    return doc
+    try:
+        write_json(cached, doc)
+        cached.chmod(0o444)
+    except OSError:
+        return None, doc
+    return cached, doc
 
 
 def read_kept(path: Path) -> dict | None:
@@ -55,11 +89,25 @@ def bake_sbom() -> Path:
 
 
 def sbom_key() -> str:
+    """A digest of this interpreter and its prefix and of every distribution's metadata
+    folder on sys.path (where importlib.metadata finds them; a folder's name holds the
+    distribution's name and version). Read from the folder listings: parsing each
+    distribution's metadata took 0.1-0.25 s at every start."""
     installed = sorted(
-        (str(d.metadata["Name"]), d.version, str(getattr(d, "_path", "")))
-        for d in metadata.distributions()
+        (entry, name)
+        for entry in dict.fromkeys(sys.path)
+        if entry and os.path.isdir(entry)
+        for name in _listing(entry)
+        if name.endswith((".dist-info", ".egg-info"))
     )
-    return json_digest({"python": sys.executable, "distributions": installed})
+    return json_digest({"python": sys.executable, "prefix": sys.prefix, "distributions": installed})
+
+
+def _listing(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 def environment_sbom_path(key: str) -> Path:
