@@ -151,6 +151,8 @@ Each link, in order; the first that fails is named in one line (exit 1):
 - **checkpoints**: each shipped checkpoint holds the weights its chain records;
 - **report**: Table 1, the curves, the variance tests, the verdict and the pages, rebuilt
   from the runs' records and `eval.csv` files, equal the shipped ones.
+- **evaluate** (`--evaluate K`, where the bundle ships checkpoints): K evaluation
+  episodes, evenly spaced over their `eval.csv` rows, played again give their rows.
 
 It does not check that training computes these chains and evaluation these scores: a
 bundle whose every file was remade to agree is consistent. Steps 3 and 4 check that.
