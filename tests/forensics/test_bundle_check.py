@@ -42,9 +42,15 @@ def write_init_checkpoints(study: Path) -> None:
         state = make_run(config, study / "scratch" / group, torch.device("cpu"))
         run_dir = workspace.run_dir(study / "runs", group, run)
         workspace.checkpoints_dir(run_dir).mkdir()
+        metadata = {  # as training writes it: evaluation builds the network from it
+            "network": config.agent.network,
+            "n_actions": str(state.n_actions),
+            "history_length": str(config.env.history_length),
+            "screen_size": str(config.env.screen_size),
+        }
         for step in steps:
             path = workspace.checkpoint_path(run_dir, step)
-            save_weights(path, cpu_weights(state.agent.online), {"network": "nature"})
+            save_weights(path, cpu_weights(state.agent.online), metadata)
     shutil.rmtree(study / "scratch", ignore_errors=True)
 
 

@@ -102,8 +102,9 @@ def cmd_verify(args) -> int:
 
     if args.folders:
         return _verify_folders(args)
-    if args.signer is not None:
-        raise InputError("verify --signer: only with one unpacked bundle (verify BUNDLE)")
+    for option in ("signer", "evaluate"):
+        if getattr(args, option) is not None:
+            raise InputError(f"verify --{option}: only with one unpacked bundle (verify BUNDLE)")
     if args.reference is None:
         raise InputError("verify: expected --reference DIR, or two result folders: verify A B")
     if args.rerun is not None:
@@ -146,14 +147,15 @@ def _verify_folders(args) -> int:
 
     if args.reference is not None or args.rerun is not None:
         raise InputError("verify FOLDER...: result folders take no --reference or --rerun")
-    if args.signer is not None and (len(args.folders) != 1 or args.until is not None):
-        raise InputError("verify --signer: only with one unpacked bundle (verify BUNDLE)")
+    for option in ("signer", "evaluate"):
+        if getattr(args, option) is not None and (len(args.folders) != 1 or args.until is not None):
+            raise InputError(f"verify --{option}: only with one unpacked bundle (verify BUNDLE)")
     if len(args.folders) == 1 and args.until is not None:
         result = chains.rerun(args.folders[0], args.until, args.scratch, args.script)
         print(chains.rerun_summary(result))
         return 0 if result["identical"] else 1
     if len(args.folders) == 1:
-        return _verify_bundle(args.folders[0], args.signer)
+        return _verify_bundle(args.folders[0], args.signer, args.evaluate)
     if len(args.folders) != 2:
         raise InputError(
             "verify: expected an unpacked bundle (verify BUNDLE), two result folders (A B), "
@@ -164,16 +166,32 @@ def _verify_folders(args) -> int:
     return chains.exit_code(result)
 
 
-def _verify_bundle(directory: Path, signer: Path | None) -> int:
-    """`verify BUNDLE`: every link of one unpacked bundle that holds without training."""
+def _verify_bundle(directory: Path, signer: Path | None, evaluate: int | None) -> int:
+    """`verify BUNDLE`: every link of one unpacked bundle that holds without training, and
+    with --evaluate, episodes replayed from its checkpoints."""
     import time
 
     from reprodqn.forensics import bundle_check
 
+    if evaluate:
+        _apply_bundle_isa(directory)
     started = time.perf_counter()
-    result = bundle_check.check(directory, signer)
+    result = bundle_check.check(directory, signer, evaluate or 0)
     print(bundle_check.summary(result, time.perf_counter() - started))
     return 0 if result["ok"] else 1
+
+
+def _apply_bundle_isa(directory: Path) -> None:
+    """The bundle's CPU floor, before torch loads, so that its episodes play as they played
+    (a params.yaml that does not load is left for the params link to name)."""
+    from reprodqn.config.params import load_params
+    from reprodqn.determinism import isa
+
+    try:
+        floor = load_params(Path(directory) / "params.yaml").compute.cpu_isa
+    except (InputError, OSError):
+        return
+    isa.apply(floor)
 
 
 def cmd_gpu_check(args) -> int:
@@ -262,6 +280,14 @@ def _add_verify_options(p) -> None:
         metavar="K",
         help="with --rerun: evaluation episodes of the last checkpoint retrained that are "
         "replayed against the reference's eval.csv (default 10; 0: none)",
+    )
+    p.add_argument(
+        "--evaluate",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="with BUNDLE: K evaluation episodes, evenly spaced over its eval.csv rows, "
+        "replayed from the checkpoints it ships (bundle --checkpoints) against their rows",
     )
 
     p.add_argument(

@@ -9,6 +9,8 @@ checked in seconds, in order, stopping at the first that fails.
   checkpoints  each shipped checkpoint holds the weights its chain line records
   report       the report rebuilt from the bundle's runs and eval.csv files is the shipped
                one, file by file (Table 1, curves, variance tests, verdict, metrics, pages)
+  evaluate     with --evaluate K, K episodes played again from the shipped checkpoints give
+               their eval.csv rows (bundle_replay)
 
 A manifest rewritten after an edit passes the first link and fails a later one: the parts
 of a bundle say the same thing several times over. What no link covers: that the chains
@@ -25,7 +27,7 @@ from reprodqn.core.atomic import read_json
 from reprodqn.core.errors import InputError
 from reprodqn.forensics.chains import plural
 
-LINKS = ("manifest", "signature", "crate", "params", "checkpoints", "report")
+LINKS = ("manifest", "signature", "crate", "params", "checkpoints", "report", "evaluate")
 CHECKPOINT_NAME = re.compile(r"step-(\d+)\.safetensors")
 
 
@@ -37,9 +39,10 @@ class LinkBroken(Exception):
         self.link, self.detail = link, detail
 
 
-def check(directory: Path, signer: Path | None = None) -> dict:
+def check(directory: Path, signer: Path | None = None, evaluate: int = 0) -> dict:
     """Every link of the unpacked bundle in `directory`, in LINKS' order: what each
-    covered, and the first that fails (None when all hold)."""
+    covered, and the first that fails (None when all hold); `evaluate` episodes replayed
+    (0: the evaluate link is left out)."""
     from reprodqn.report import bundle
 
     directory = Path(directory)
@@ -62,6 +65,8 @@ def check(directory: Path, signer: Path | None = None) -> dict:
         held.append(f"params: {_params(directory, params)}")
         held.append(f"checkpoints: {_checkpoints(directory)}")
         held.append(f"report: {_report(directory, params)}")
+        if evaluate:
+            held.append(f"evaluate: {_evaluate(directory, params, evaluate)}")
     except LinkBroken as broken:
         return {"ok": False, "held": held, "failed": str(broken), "signature": signature}
     return {"ok": True, "held": held, "failed": None, "signature": signature}
@@ -212,6 +217,15 @@ def _checkpoints(directory: Path) -> str:
         if count
         else "none shipped (bundle --checkpoints ships them)"
     )
+
+
+def _evaluate(directory: Path, params, count: int) -> str:
+    from reprodqn.forensics import bundle_replay
+
+    try:
+        return bundle_replay.replay(directory, params, count)
+    except bundle_replay.Mismatch as error:
+        raise LinkBroken("evaluate", str(error)) from None
 
 
 def _report(directory: Path, params) -> str:

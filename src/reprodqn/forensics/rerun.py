@@ -184,11 +184,6 @@ def replay_evaluation(
     """The last checkpoint retrained here (to `until`) that the reference evaluated, played
     again on its first `episodes` episodes, row by row against the reference's eval.csv;
     None where the reference evaluated none of them (or `episodes` is 0)."""
-    from dataclasses import asdict
-
-    from reprodqn.evaluation.protocol import Evaluator
-    from reprodqn.evaluation.stage import protocol_episodes
-
     eval_dir = workspace.eval_dir(reference / workspace.EVALUATIONS, config.group, config.run)
     if episodes <= 0 or not (eval_dir / workspace.EVAL_CSV).exists():
         return None
@@ -199,31 +194,53 @@ def replay_evaluation(
     line = next((h for h in reversed(retrained) if h["step"] in shipped), None)
     if line is None:
         return None
+    path = workspace.checkpoint_path(rerun, line["step"])
+    theirs = {int(row["episode"]): row for row in shipped[line["step"]]}
+    played, first = replay_rows(
+        reference, config, evaluation, path, line["weights_sha256"], theirs, episodes
+    )
+    return {"step": line["step"], "episodes": played, "first": first}
+
+
+def replay_rows(
+    reference: Path,
+    config: RunConfig,
+    evaluation,
+    checkpoint: Path,
+    weights_sha256: str,
+    rows: dict[int, dict],
+    limit: int | None = None,
+) -> tuple[int, dict | None]:
+    """The checkpoint played on the episodes of `rows` (eval.csv's rows by episode; with
+    `limit`, on the protocol's first `limit` episodes instead), in one batch as the
+    evaluation stage plays them: how many were played, and the first whose result is not
+    its row (None: all are)."""
+    from dataclasses import asdict
+
+    from reprodqn.evaluation.protocol import Evaluator
+    from reprodqn.evaluation.stage import protocol_episodes
+
     named = reference / str(evaluation.start_sequences)  # the bundle's own, else the package's
     protocol, specs, sequences, _, _ = protocol_episodes(
         config, evaluation, named if named.exists() else None
     )
-    specs = specs[:episodes]
-    path = workspace.checkpoint_path(rerun, line["step"])
+    chosen = specs[:limit] if limit is not None else [s for s in specs if s.episode in rows]
     with Evaluator(
         protocol, sequences, 1, config.compute.device, config.compute.deterministic_gpu
     ) as evaluator:
-        results = next(evaluator.evaluate_many([(path, line["weights_sha256"])], specs))
-    theirs = {int(row["episode"]): row for row in shipped[line["step"]]}
-    first = None
+        results = next(evaluator.evaluate_many([(checkpoint, weights_sha256)], chosen))
     for result in results:
         ours = {k: "" if v is None else str(v) for k, v in asdict(result).items()}
-        row = theirs.get(result.episode, {})
+        row = rows.get(result.episode, {})
         differing = [k for k in ours if k != "episode" and row.get(k) != ours[k]]
         if differing:
-            first = {
+            return len(results), {
                 "episode": result.episode,
                 "fields": differing,
                 "ours": {k: ours[k] for k in differing},
                 "theirs": {k: row.get(k) for k in differing},
             }
-            break
-    return {"step": line["step"], "episodes": len(results), "first": first}
+    return len(results), None
 
 
 def replayed(played: dict | None) -> str:

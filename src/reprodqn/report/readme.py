@@ -95,7 +95,9 @@ def _time_line(root: Path) -> str:
         f"Training took {_duration(total)} in all on {machine} ({runs} runs, the longest "
         f"{_duration(longest)}; as the runs' own process records measured it), so about "
         f"{_duration(total)} on one core, or the longest run's time with a worker per run "
-        "(`REPRODQN_WORKERS`); evaluation and the report add little at this scale."
+        "(`REPRODQN_WORKERS`). `dvc repro` adds each run's start (Python, torch, the "
+        "emulator) and the conditions, audit, evaluation and report stages: little beside "
+        "hours of training, more than training itself at a small scale."
     )
 
 
@@ -128,8 +130,10 @@ that differ by design (the gpu group's on a CPU) are named and not counted.
 
 ## 4. Check one run, without the whole study
 
+In the folder of step 2, beside `reprodqn-bundle/` (no replication needed):
+
 ```sh
-reprodqn verify --reference ../reprodqn-bundle --rerun deterministic/0 --until STEP
+reprodqn verify --reference reprodqn-bundle --rerun deterministic/0 --until STEP
 ```
 
 """
@@ -150,7 +154,9 @@ Each link, in order; the first that fails is named in one line (exit 1):
 - **params**: `params.yaml` gives every run the config digest its `config.json` records;
 - **checkpoints**: each shipped checkpoint holds the weights its chain records;
 - **report**: Table 1, the curves, the variance tests, the verdict and the pages, rebuilt
-  from the runs' records and `eval.csv` files, equal the shipped ones.
+  from the runs' records and `eval.csv` files, equal the shipped ones;
+- **evaluate** (`--evaluate K`, where the bundle ships checkpoints): K evaluation
+  episodes, evenly spaced over their `eval.csv` rows, played again give their rows.
 
 It does not check that training computes these chains and evaluation these scores: a
 bundle whose every file was remade to agree is consistent. Steps 3 and 4 check that.
