@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     target = copy.deepcopy(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     replay = Replay(args.capacity, n_obs)
-    chain = exact.HashChain(args.out)  # exact
     returns = exact.JsonLog(args.out / "returns.jsonl")
+    chain = exact.HashChain(args.out, results=[returns])  # exact: verify compares returns too
     parts = {"model": model, "target": target, "optimizer": optimizer, "streams": streams}  # exact
     parts |= {"chain": chain, "log": returns, "replay": replay, "env": exact.GymEnv(env)}  # exact
     saved = exact.load_resume_point(args.out, parts)  # exact

@@ -242,15 +242,29 @@ class JsonLog:
         self.set_state({"bytes": 0})
 
 
+def _results_digest(logs: list[JsonLog]) -> str:
+    """SHA-256 over each result log's name and bytes, in the order given."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for log in logs:
+        digest.update(log.path.name.encode() + b"\0")
+        digest.update(log.path.read_bytes() if log.path.exists() else b"")
+    return digest.hexdigest()
+
+
 class HashChain:
     """A run's record of what it computed, in `directory`: every loss folded into a chain
     as it is computed, and at each checkpoint one line of hashes.jsonl (step, weights
     SHA-256, loss-chain SHA-256, updates) beside checkpoints/step-N.safetensors.
     Two runs are identical when their hashes.jsonl are."""
 
-    def __init__(self, directory: str | Path, numerics: str = "standard"):
+    def __init__(self, directory: str | Path, numerics: str = "standard", results=()):
+        """`results`: JsonLogs whose lines are results (episode returns, say): each line of
+        hashes.jsonl then holds their SHA-256, so `verify` compares them too."""
         self.directory = Path(directory)
         self.marks = universal.record(numerics)  # a universal chain names its mode per line
+        self.results = list(results)
         self.log = JsonLog(self.directory / workspace.HASHES)
         self.loss_chain = EMPTY_CHAIN
         self.updates = 0
@@ -287,6 +301,8 @@ class HashChain:
         digest = save_weights(path, tensors, {"step": str(step), **(metadata or {})})
         line = {"step": step, "weights_sha256": digest, "loss_chain_sha256": self.loss_chain}
         line |= self.marks
+        if self.results:
+            line["results_sha256"] = _results_digest(self.results)
         line["updates"] = self.updates  # the keys are written sorted
         self.log.write(line)
         return line

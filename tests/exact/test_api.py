@@ -410,3 +410,27 @@ def test_a_rerun_writes_where_it_was_told_with_the_shells_cpu_knobs(tmp_path, mo
     (elsewhere / "nowhere.py").write_text("import sys\n")  # ignores --out
     with pytest.raises(InputError, match=r"nowhere\.py wrote no chain"):
         chains.rerun(run, 2, Path("third"), script=Path("nowhere.py"))
+
+
+def test_result_logs_declared_to_the_chain_are_compared_by_verify(tmp_path):
+    """State that feeds only a log (an episode-return accumulator) left out of a resume
+    point changes the log, not the weights: declared as a result, the log's SHA-256 is in
+    every chain line, and verify names the checkpoint where the logs part."""
+    from reprodqn.core import workspace
+
+    def run(folder, returns):
+        log = exact.JsonLog(folder / "returns.jsonl")
+        chain = exact.HashChain(folder, results=[log])
+        for step, value in enumerate(returns, start=1):
+            log.write({"step": step, "return": value})
+            chain.checkpoint(step, {"w": torch.zeros(2)})
+        return workspace.read_hashes(folder)
+
+    same = run(tmp_path / "a", [1.0, 2.0, 3.0])
+    assert all("results_sha256" in line for line in same)
+    assert run(tmp_path / "b", [1.0, 2.0, 3.0]) == same
+    other = run(tmp_path / "c", [1.0, 2.5, 3.0])  # weights and losses as before
+    found = chains.first_difference(same, other)
+    assert found == {"step": 2, "fields": ["result logs"]}
+    plain = exact.HashChain(tmp_path / "d")
+    assert "results_sha256" not in plain.checkpoint(1, {"w": torch.zeros(2)})  # as before

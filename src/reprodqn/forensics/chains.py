@@ -22,7 +22,10 @@ from reprodqn.determinism import isa
 from reprodqn.determinism.provenance import differing_values, fingerprint_fields
 from reprodqn.forensics.checkpoint_files import check_runs
 
-CHAIN_FIELDS = {key: name for name, key in workspace.CHAINS.items()} | {"updates": "updates"}
+CHAIN_FIELDS = {key: name for name, key in workspace.CHAINS.items()} | {
+    "updates": "updates",
+    "results_sha256": "result logs",  # a script's JsonLogs declared as results (HashChain)
+}
 # verify's exit codes: 0 identical, 1 DIFFERENT, 2 bad input, 3 a machine error, and this:
 # every pair identical as far as both go, one side's chain going on past the other's
 PREFIX_EXIT = 4
