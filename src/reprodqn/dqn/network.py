@@ -29,6 +29,7 @@ import torch
 from torch import nn
 from torch.nn.utils import skip_init
 
+from reprodqn.universal import api as universal_api
 from reprodqn.universal import layers as universal
 
 # (out_channels, kernel, stride) per conv layer, then the hidden width
@@ -152,15 +153,13 @@ def build_q_network(
     """A Q-network on the CPU whose weights depend on `generator` only (layer by layer in
     order: torso, then value, then advantage stream)."""
     net = QNetwork(kind, n_actions, history_length, screen_size, dueling, numerics)
+    if numerics == "universal":  # the same scheme in the spec's arithmetic
+        universal_api.init_(net, generator)
+        return net
     with torch.no_grad():
         for layer in net.modules():
             if isinstance(layer, nn.Conv2d | nn.Linear):
                 fan_in = layer.weight[0].numel()
-                if numerics == "universal":
-                    universal.init_uniform_(layer.weight, fan_in, generator)
-                    if layer.bias is not None:
-                        universal.init_uniform_(layer.bias, fan_in, generator)
-                    continue
                 bound = 1.0 / math.sqrt(fan_in)
                 nn.init.uniform_(layer.weight, -bound, bound, generator=generator)
                 if layer.bias is not None:
