@@ -135,7 +135,7 @@ def setup(
     from reprodqn.determinism import numerics as settings
 
     torch_device, applied = settings.configure(device, threads, deterministic_gpu)
-    applied |= settings.configure_universal(numerics, threads)
+    applied |= settings.configure_universal(numerics, threads, torch_device)
     global_generators.start("setup()")
     return Setup(torch_device, threads, cpu_isa, deterministic_gpu, applied, numerics=numerics)
 

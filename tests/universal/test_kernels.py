@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from reprodqn.universal import cpu, layers
+from reprodqn.universal import backend, cpu, layers
 from reprodqn.universal import reference as ref
 
 f32 = np.float32
@@ -29,9 +29,10 @@ def test_fma32_reference_is_the_correctly_rounded_fma():
     a = np.concatenate([a, [tiny, -tiny, 0.0, -0.0, 1.0, 3e38]]).astype(f32)
     b = np.concatenate([b, [0.5, 0.5, -0.0, 0.0, -1.0, 10.0]]).astype(f32)
     c = np.concatenate([c, [0.0, 0.0, -0.0, -0.0, 1.0, 0.0]]).astype(f32)
-    out = np.empty_like(a)
-    cpu.kernels().fma_elementwise(a, b, c, out)
-    assert same(out, ref.fma32(a, b, c))
+    out = torch.empty(a.shape)
+    tensors = [torch.from_numpy(v) for v in (a, b, c)]
+    backend.kernels_for(out).fma_elementwise(*tensors, out)
+    assert same(out.numpy(), ref.fma32(a, b, c))
     # where rounding through binary64 is wrong: a * b + c = 1 + 2^-23 + 2^-24 - 2^-60, just
     # under a binary32 midpoint; binary64 rounds it onto the midpoint, which then ties to even
     a1, b1 = f32((1 + 2**-18) * 2**-12), f32((1 - 2**-18) * 2**-12)
@@ -48,14 +49,14 @@ def test_gemm_is_the_reference_chain(shape, threads):
     rng = np.random.default_rng(sum(shape))
     a = rng.standard_normal((1, rows, depth)).astype(f32)
     b = rng.standard_normal((3, depth, width)).astype(f32)
-    out = np.empty((3, rows, width), f32)
+    out = torch.empty((3, rows, width))
     cpu.set_threads(threads)
     try:
-        cpu.gemm(a, b, out)
+        backend.kernels_for(out).gemm(torch.from_numpy(a), torch.from_numpy(b), out)
     finally:
         cpu.set_threads(1)
     for n in range(3):
-        assert same(out[n], ref.chain(a[0], b[n]))
+        assert same(out[n].numpy(), ref.chain(a[0], b[n]))
 
 
 def test_gemm_order_matters():
@@ -127,5 +128,10 @@ def test_a_nan_stops_the_run_naming_the_op():
         layer(torch.tensor([[1.0, float("nan"), 0.0]]))
 
 
-def test_denormals_are_kept():
-    assert cpu.denormals_kept()
+def test_denormals_are_kept(kernel_backend):
+    if kernel_backend == "triton":
+        from reprodqn.universal import cuda
+
+        assert cuda.denormals_kept(torch.device("cpu"))
+    else:
+        assert cpu.denormals_kept()

@@ -56,3 +56,19 @@ def test_the_tiny_universal_run_gives_the_golden_chain_under_another_torch(tmp_p
     assert conditions["packages"]["torch"].startswith("2.11")
     ours = (tmp_path / "deterministic" / "0" / "hashes.jsonl").read_text().splitlines()
     assert ours == CHAIN.read_text().splitlines()
+
+
+@pytest.mark.other_torch
+def test_the_gpu_kernels_are_the_spec_under_tritons_interpreter():
+    """cuda.py's Triton kernels (the GPU backend) run on the CPU by Triton's interpreter with
+    the spec's fma: every layer, gradient and optimizer test of the CPU's kernels passes on
+    them too, bit for bit against reference.py."""
+    python = VENV / "bin" / "python"
+    assert python.exists(), f"no venv at {VENV}: run tools/other_torch/build.sh {VENV}"
+    suites = ["tests/universal/test_kernels.py", "tests/universal/test_optimizers.py"]
+    argv = [str(python), "-m", "pytest", *suites, "--universal-backend", "triton", "-q"]
+    argv += ["-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"]
+    environment = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
+    shown = subprocess.run(argv, capture_output=True, text=True, env=environment, cwd=ROOT)
+    assert shown.returncode == 0, shown.stdout[-3000:]
+    assert " passed" in shown.stdout and "failed" not in shown.stdout

@@ -54,7 +54,7 @@ def test_a_universal_fingerprint_leaves_out_torch_and_the_cpu():
         ("agent.dueling=true", "agent.dueling: false"),
         ("agent.n_step=3", "agent.n_step: 1"),
         ("replay.prioritized=true", "replay.prioritized: false"),
-        ("compute.device=cuda", "compute.device: cpu"),
+        ("compute.replay_on_device=true", "compute.replay_on_device: false"),
     ],
 )
 def test_what_the_mode_does_not_cover_is_refused_in_one_line(override, named):
@@ -62,6 +62,13 @@ def test_what_the_mode_does_not_cover_is_refused_in_one_line(override, named):
         load_params(PARAMS, [*UNIVERSAL, override])
     with pytest.raises(InputError, match="env.resize: linear_exact"):
         load_params(PARAMS, ["compute.numerics=universal"])
+
+
+def test_a_cuda_device_is_the_gpu_backends_and_keeps_the_digest():
+    """The universal mode runs on a CUDA device (the Triton kernels): the config is accepted
+    and its digest is the CPU's, so a GPU's chain is checked against a CPU's."""
+    assert run_digest(*UNIVERSAL, "compute.device=cuda") == run_digest(*UNIVERSAL)
+    assert run_digest("compute.device=cuda") != run_digest()  # the standard mode's differ
 
 
 def test_chains_of_different_numerics_are_never_compared():

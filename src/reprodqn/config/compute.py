@@ -77,7 +77,6 @@ def check_universal(config) -> None:
     if config.compute.numerics != "universal":
         return
     needs = {
-        "compute.device: cpu (the universal backend is the CPU's)": config.compute.device != "cuda",
         "agent.dueling: false": not config.agent.dueling,
         "agent.n_step: 1": config.agent.n_step == 1,
         "replay.prioritized: false": not config.replay.prioritized,

@@ -124,10 +124,16 @@ def configure(
     return device, applied
 
 
-def configure_universal(mode: str, threads: int) -> dict:
-    """The universal mode's backend, set up and recorded ({} in the standard mode)."""
+def configure_universal(mode: str, threads: int, device=None) -> dict:
+    """The universal mode's backend, set up and recorded ({} in the standard mode): the
+    CPU's, and on a CUDA device the GPU's kernels (universal/cuda.py) checked there."""
     if mode != "universal":
         return {}
     from reprodqn.universal import cpu
 
-    return cpu.configure(threads)
+    record = cpu.configure(threads)
+    if device is not None and torch.device(device).type == "cuda":
+        from reprodqn.universal import cuda
+
+        record["universal_backend"] = cuda.configure(torch.device(device))
+    return record

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from reprodqn.universal import learning
+from reprodqn.universal.backend import host
 from reprodqn.universal.guard import UniversalOnly
 
 
@@ -18,10 +19,11 @@ class UniversalLearning:
 
     online: torch.nn.Module
     target: torch.nn.Module
+    device: torch.device
 
     @torch.inference_mode()
     def greedy_action(self, state: np.ndarray) -> int:
-        frames = torch.from_numpy(state).unsqueeze(0)
+        frames = torch.from_numpy(state).to(self.device).unsqueeze(0)
         with UniversalOnly():
             return int(learning.greedy_actions(self.online(frames))[0])
 
@@ -39,7 +41,12 @@ class UniversalLearning:
             with torch.no_grad():
                 next_q = self.next_values(next_states)
                 targets = learning.td_target(
-                    rewards, next_q, not_terminal, config.discount, config.target_dtype
+                    rewards,
+                    next_q,
+                    not_terminal,
+                    config.discount,
+                    config.target_dtype,
+                    states.device,
                 )
             q_all = self.online(states)
             loss = learning.q_loss(q_all, actions, targets, config.loss, config.loss_reduction)
@@ -55,5 +62,5 @@ class UniversalDoubleLearning(UniversalLearning):
 
     def next_values(self, next_states: torch.Tensor) -> np.ndarray:
         best = learning.greedy_actions(self.online(next_states))
-        values = self.target(next_states).numpy()
+        values = host(self.target(next_states), "Q-values")
         return values[np.arange(len(best)), best]

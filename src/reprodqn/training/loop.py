@@ -230,7 +230,7 @@ def _train(config: RunConfig, run_dir: Path, restart: bool, until: int | None) -
     device, applied = numerics.configure(
         config.compute.device, config.compute.threads, config.compute.deterministic_gpu
     )
-    applied |= numerics.configure_universal(config.compute.numerics, config.compute.threads)
+    applied |= numerics.configure_universal(config.compute.numerics, config.compute.threads, device)
     conditions = provenance.collect(config.compute)
     prepare_run_dir(config, run_dir, restart, conditions["fingerprint"])
     if (run_dir / workspace.COMPLETE).exists():

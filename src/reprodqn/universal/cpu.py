@@ -184,6 +184,45 @@ def _elementwise() -> dict:
 
 
 @functools.cache
+def _optimizers() -> dict:
+    """One pass per parameter in the spec's order (optim.py says which)."""
+    from numba import njit
+
+    fma = fma32()
+    jit = functools.partial(njit, **JIT)
+
+    @jit
+    def rmsprop(param, grad, square_avg, alpha, one_minus_alpha, eps, neg_lr):
+        for i in range(param.size):
+            g = grad[i]
+            s = fma(one_minus_alpha * g, g, square_avg[i] * alpha)
+            square_avg[i] = s
+            param[i] = param[i] + (neg_lr * g) / (np.sqrt(s) + eps)
+
+    @jit
+    def rmsprop_centered(param, grad, grad_avg, square_avg, alpha, one_minus_alpha, eps, neg_lr):
+        for i in range(param.size):
+            g = grad[i]
+            mean = fma(one_minus_alpha, g, grad_avg[i] * alpha)
+            s = fma(one_minus_alpha * g, g, square_avg[i] * alpha)
+            grad_avg[i], square_avg[i] = mean, s
+            param[i] = param[i] + (neg_lr * g) / np.sqrt(fma(-mean, mean, s) + eps)
+
+    @jit
+    def adam(
+        param, grad, exp_avg, exp_avg_sq, one_minus_b1, beta2, one_minus_b2, root_c2, eps, neg_step
+    ):
+        for i in range(param.size):
+            g = grad[i]
+            m = fma(one_minus_b1, g - exp_avg[i], exp_avg[i])
+            v = fma(one_minus_b2 * g, g, exp_avg_sq[i] * beta2)
+            exp_avg[i], exp_avg_sq[i] = m, v
+            param[i] = param[i] + (neg_step * m) / (np.sqrt(v) / root_c2 + eps)
+
+    return {"rmsprop": rmsprop, "rmsprop_centered": rmsprop_centered, "adam": adam}
+
+
+@functools.cache
 def kernels() -> SimpleNamespace:
     """The compiled kernels (numba imported and compiled on first use, cached on disk),
     with as many threads as torch was given (an evaluation worker's, say) until
@@ -192,7 +231,14 @@ def kernels() -> SimpleNamespace:
 
     set_threads(torch.get_num_threads())
     col2im, im2col = _windows()
-    return SimpleNamespace(fma32=fma32(), col2im=col2im, im2col=im2col, **_sums(), **_elementwise())
+    return SimpleNamespace(
+        fma32=fma32(),
+        col2im=col2im,
+        im2col=im2col,
+        **_sums(),
+        **_elementwise(),
+        **_optimizers(),
+    )
 
 
 @functools.cache

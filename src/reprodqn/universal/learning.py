@@ -1,8 +1,8 @@
 """The universal mode's Q-learning arithmetic: the greedy choice, the TD target, and the
 loss of Q(s, a) with its gradient, each in the spec's order (docs/universal-numerics.md).
-Small (a minibatch's 32 values), so written with numpy's elementwise operations, each one
-correctly rounded IEEE-754 operation per element on every machine, and explicit loops
-wherever a sum or a choice has an order.
+Small (a minibatch's 32 values), so written with numpy's elementwise operations on the host
+(a GPU's values are copied over and back), each one correctly rounded IEEE-754 operation
+per element on every machine, and explicit loops wherever a sum or a choice has an order.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from reprodqn.universal.backend import checked, host
 from reprodqn.universal.errors import NumericsError
-from reprodqn.universal.layers import _checked, _host
 
 f32, f64 = np.float32, np.float64
 
@@ -28,24 +28,27 @@ def first_max(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def greedy_actions(q: torch.Tensor) -> np.ndarray:
-    return first_max(_host(q, "Q-values"))[1]
+    return first_max(host(q, "Q-values"))[1]
 
 
 def max_q(q: torch.Tensor) -> np.ndarray:
-    return first_max(_host(q, "Q-values"))[0]
+    return first_max(host(q, "Q-values"))[0]
 
 
-def td_target(rewards, next_q: np.ndarray, not_terminal, gamma: float, dtype: str) -> torch.Tensor:
+def _numpy(values) -> np.ndarray:
+    return np.asarray(values.cpu().numpy() if isinstance(values, torch.Tensor) else values)
+
+
+def td_target(
+    rewards, next_q: np.ndarray, not_terminal, gamma: float, dtype: str, device="cpu"
+) -> torch.Tensor:
     """float64 (the authors'): fl32(fl64(r) + fl64(fl64(gamma * q) * nt)); float32: the same
-    operations in binary32."""
-    r = np.asarray(rewards.numpy() if isinstance(rewards, torch.Tensor) else rewards)
-    nt = np.asarray(
-        not_terminal.numpy() if isinstance(not_terminal, torch.Tensor) else not_terminal
-    )
+    operations in binary32. On `device`, where the Q-values it is compared with are."""
+    r, nt = _numpy(rewards), _numpy(not_terminal)
     kind: type[np.floating] = f64 if dtype == "float64" else f32
     scaled: np.ndarray = np.multiply(kind(gamma), next_q.astype(kind))
     target = r.astype(kind) + scaled * nt.astype(kind)
-    return _checked(target.astype(f32), "TD target")
+    return checked(torch.from_numpy(target.astype(f32)), "TD target").to(device)
 
 
 def _sum_ascending(terms: np.ndarray) -> np.float32:
@@ -64,9 +67,10 @@ class _LossFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, values, actions, targets, loss: str, reduction: str):
-        rows = _host(values, "predictions")
-        chosen = rows if actions is None else rows[np.arange(len(rows)), actions.numpy()]
-        delta = (chosen - _host(targets, "targets")).reshape(-1)
+        rows = host(values, "predictions")
+        picked = None if actions is None else _numpy(actions)
+        chosen = rows if picked is None else rows[np.arange(len(rows)), picked]
+        delta = (chosen - host(targets, "targets")).reshape(-1)
         if loss == "huber":
             size = np.abs(delta)
             per_sample = np.where(size < 1, (f32(0.5) * size) * size, size - f32(0.5))
@@ -79,9 +83,8 @@ class _LossFunction(torch.autograd.Function):
         count = f32(len(delta))
         if reduction == "mean":
             total, slope = f32(total / count), (slope / count).astype(f32)
-        ctx.slope, ctx.shape = slope, rows.shape
-        ctx.actions = None if actions is None else actions.numpy()
-        return _checked(np.asarray(total, f32), f"{loss} loss")
+        ctx.slope, ctx.shape, ctx.actions, ctx.device = slope, rows.shape, picked, values.device
+        return checked(torch.tensor(total, dtype=torch.float32), f"{loss} loss").to(values.device)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -92,7 +95,8 @@ class _LossFunction(torch.autograd.Function):
         else:
             grad = np.zeros(ctx.shape, f32)
             grad[np.arange(len(grad)), ctx.actions] = ctx.slope
-        return torch.from_numpy(np.ascontiguousarray(grad)), None, None, None, None
+        grad = torch.from_numpy(np.ascontiguousarray(grad)).to(ctx.device)
+        return grad, None, None, None, None
 
 
 def q_loss(

@@ -1,65 +1,25 @@
 """The universal optimizers: the authors' RMSprop, DeepMind's centred RMSprop and Adam, each
-step one pass per parameter in the spec's order (docs/universal-numerics.md), compiled by
-numba like the layers' kernels. Hyperparameters enter as the binary32 nearest them; Adam's
-bias corrections are kept in binary64 as running products (beta ** t through libm's pow is
-not correctly rounded everywhere) and their root is the correctly rounded math.sqrt.
+step one pass per parameter in the spec's order (docs/universal-numerics.md), compiled
+like the layers' kernels (backend.py: numba on a CPU, Triton on a GPU). Hyperparameters
+enter as the binary32 nearest them; Adam's bias corrections are kept in binary64 as
+running products (beta ** t through libm's pow is not correctly rounded everywhere) and
+their root is the correctly rounded math.sqrt.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-from reprodqn.universal import cpu
-from reprodqn.universal.layers import _checked
+from reprodqn.universal.backend import checked, kernels_for
 
 f32 = np.float32
 
 
-@functools.cache
-def _loops() -> SimpleNamespace:
-    from numba import njit
-
-    fma32 = cpu.fma32()
-    jit = functools.partial(njit, fastmath=False, error_model="numpy", nogil=True, cache=True)
-
-    @jit
-    def rmsprop(param, grad, square_avg, alpha, one_minus_alpha, eps, neg_lr):
-        for i in range(param.size):
-            g = grad[i]
-            s = fma32(one_minus_alpha * g, g, square_avg[i] * alpha)
-            square_avg[i] = s
-            param[i] = param[i] + (neg_lr * g) / (np.sqrt(s) + eps)
-
-    @jit
-    def rmsprop_centered(param, grad, grad_avg, square_avg, alpha, one_minus_alpha, eps, neg_lr):
-        for i in range(param.size):
-            g = grad[i]
-            mean = fma32(one_minus_alpha, g, grad_avg[i] * alpha)
-            s = fma32(one_minus_alpha * g, g, square_avg[i] * alpha)
-            grad_avg[i], square_avg[i] = mean, s
-            param[i] = param[i] + (neg_lr * g) / np.sqrt(fma32(-mean, mean, s) + eps)
-
-    @jit
-    def adam(
-        param, grad, exp_avg, exp_avg_sq, one_minus_b1, beta2, one_minus_b2, root_c2, eps, neg_step
-    ):
-        for i in range(param.size):
-            g = grad[i]
-            m = fma32(one_minus_b1, g - exp_avg[i], exp_avg[i])
-            v = fma32(one_minus_b2 * g, g, exp_avg_sq[i] * beta2)
-            exp_avg[i], exp_avg_sq[i] = m, v
-            param[i] = param[i] + (neg_step * m) / (np.sqrt(v) / root_c2 + eps)
-
-    return SimpleNamespace(rmsprop=rmsprop, rmsprop_centered=rmsprop_centered, adam=adam)
-
-
-def _flat(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().view(-1).numpy()
+def _flat(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().view(-1)
 
 
 class _Universal(torch.optim.Optimizer):
@@ -80,8 +40,8 @@ class _Universal(torch.optim.Optimizer):
                         state[name] = torch.zeros_like(param)
                 state["step"].fill_(float(state["step"]) + 1)  # a count: exact to 2^24
                 self._update(group, param, state)
-                torch.autograd.graph.increment_version(param)  # written through numpy
-                _checked(_flat(param), f"{type(self).__name__} step")
+                torch.autograd.graph.increment_version(param)  # written by a kernel
+                checked(_flat(param), f"{type(self).__name__} step")
 
     def _update(self, group, param, state) -> None:
         raise NotImplementedError
@@ -97,7 +57,7 @@ class RMSprop(_Universal):
 
     def _update(self, group, param, state):
         alpha = group["alpha"]
-        _loops().rmsprop(
+        kernels_for(param).rmsprop(
             _flat(param),
             _flat(param.grad),
             _flat(state["square_avg"]),
@@ -119,7 +79,7 @@ class CenteredRMSprop(_Universal):
 
     def _update(self, group, param, state):
         alpha = group["alpha"]
-        _loops().rmsprop_centered(
+        kernels_for(param).rmsprop_centered(
             _flat(param),
             _flat(param.grad),
             _flat(state["grad_avg"]),
@@ -160,7 +120,7 @@ class Adam(_Universal):
             state[name] = torch.tensor(float(previous) * beta, dtype=torch.float64)
         step_size = group["lr"] / (1 - float(state["beta1_power"]))
         root_c2 = math.sqrt(1 - float(state["beta2_power"]))
-        _loops().adam(
+        kernels_for(param).adam(
             _flat(param),
             _flat(param.grad),
             _flat(state["exp_avg"]),

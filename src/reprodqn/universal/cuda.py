@@ -1,0 +1,321 @@
+"""The universal kernels on an NVIDIA GPU, written in Triton: the same written order as the
+CPU's (cpu.py), so the same bits as reference.py.
+
+Written by hand because no GPU library computes a product in one written order (cuBLAS
+and cuDNN pick split-K and tensor-core tiles by shape and GPU model). Each output is one
+thread's chain of `tl.fma` (PTX `fma.rn.f32`) over k ascending from +0; blocks of outputs
+share a program, never a sum. No `tl.dot` (TF32 or tensor-core order), no `tl.sum` (a tree),
+no `/` (Triton's is `div.full`, 2 ulp): `div_rn` and `sqrt_rn`. Every launch compiles with
+`enable_fp_fusion=False` (no separate multiply and add contracted into an fma) and
+`enable_reflect_ftz=False` (libdevice keeps denormals); `denormals_kept()` checks the
+result on the device.
+
+Under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) the same kernels run in numpy,
+whose fma rounds twice: `exact_interpreter()` puts the spec's fma in its place, so the
+kernels' order is tested on a machine without a GPU (tests/universal/test_gpu_kernels.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from types import SimpleNamespace
+
+import torch
+
+from reprodqn.universal.errors import NumericsError
+
+OPTIONS = {"enable_fp_fusion": False, "enable_reflect_ftz": False}
+BLOCK = 1024  # elementwise programs
+ROWS, COLUMNS = 32, 32  # a product program's outputs
+
+
+def interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _launch(kernel, grid, *args, **constants):
+    """The kernel with the universal compile options (the interpreter compiles nothing)."""
+    options = {} if interpreted() else OPTIONS
+    kernel[grid](*args, **constants, **options)
+
+
+@functools.cache
+def _kernels() -> SimpleNamespace:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def product(a, b, out, rows, width, depth, a_step, b_step, R: tl.constexpr, C: tl.constexpr):
+        """out[n] = a[n or 0] @ b[n or 0]: acc = fma(a[m, k], b[k, j], acc), k ascending."""
+        n, block, panel = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        m = block * R + tl.arange(0, R)
+        j = panel * C + tl.arange(0, C)
+        a_rows = a + n * a_step + m * depth
+        b_columns = b + n * b_step + j
+        acc = tl.zeros((R, C), tl.float32)
+        for k in range(depth):
+            left = tl.load(a_rows + k, mask=m < rows, other=0.0)
+            right = tl.load(b_columns + k * width, mask=j < width, other=0.0)
+            acc = tl.fma(left[:, None], right[None, :], acc)
+        at = out + n * rows * width + m[:, None] * width + j[None, :]
+        tl.store(at, acc, mask=(m[:, None] < rows) & (j[None, :] < width))
+
+    @triton.jit
+    def add_column_bias(out, bias, size, width, B: tl.constexpr):
+        i = tl.program_id(0) * B + tl.arange(0, B)
+        inside = i < size
+        value = tl.load(out + i, mask=inside) + tl.load(bias + i % width, mask=inside)
+        tl.store(out + i, value, mask=inside)
+
+    @triton.jit
+    def sum_rows(terms, out, rows, width, B: tl.constexpr):
+        """out[j] = terms[0, j] + terms[1, j] + ..., ascending from +0."""
+        j = tl.program_id(0) * B + tl.arange(0, B)
+        acc = tl.zeros((B,), tl.float32)
+        for r in range(rows):
+            acc = acc + tl.load(terms + r * width + j, mask=j < width, other=0.0)
+        tl.store(out + j, acc, mask=j < width)
+
+    @triton.jit
+    def sum_channel_major(grad, out, batch, channels, width, B: tl.constexpr):
+        """out[c] = sum over (n, p) ascending of grad[n, c, p], from +0."""
+        c = tl.program_id(0) * B + tl.arange(0, B)
+        acc = tl.zeros((B,), tl.float32)
+        for n in range(batch):
+            for p in range(width):
+                at = grad + (n * channels + c) * width + p
+                acc = acc + tl.load(at, mask=c < channels, other=0.0)
+        tl.store(out + c, acc, mask=c < channels)
+
+    @triton.jit
+    def col2im(dcols, grad_x, size, height, width, out_h, out_w, channels, stride,
+               K: tl.constexpr, B: tl.constexpr):  # fmt: skip
+        """grad_x[n, c, y, x] = from +0, for (ky, kx) ascending: + dcols[n, oy, ox, c, ky, kx]
+        of the window position (oy, ox) that reads pixel (y, x) through (ky, kx)."""
+        i = tl.program_id(0) * B + tl.arange(0, B)
+        inside = i < size
+        x = i % width
+        y = (i // width) % height
+        c = (i // (width * height)) % channels
+        n = i // (width * height * channels)
+        acc = tl.zeros((B,), tl.float32)
+        for ky in range(K):
+            for kx in range(K):
+                oy, ox = (y - ky) // stride, (x - kx) // stride
+                hit = (y >= ky) & (x >= kx) & ((y - ky) % stride == 0) & ((x - kx) % stride == 0)
+                hit = hit & (oy < out_h) & (ox < out_w) & inside
+                at = ((((n * out_h + oy) * out_w + ox) * channels + c) * K + ky) * K + kx
+                acc = tl.where(hit, acc + tl.load(dcols + at, mask=hit, other=0.0), acc)
+        tl.store(grad_x + i, acc, mask=inside)
+
+    @triton.jit
+    def scale_frames(frames, out, size, B: tl.constexpr):
+        i = tl.program_id(0) * B + tl.arange(0, B)
+        pixel = tl.load(frames + i, mask=i < size, other=0).to(tl.float32)
+        tl.store(out + i, tl.math.div_rn(pixel, tl.full((B,), 255.0, tl.float32)), mask=i < size)
+
+    @triton.jit
+    def relu(x, out, size, B: tl.constexpr):
+        i = tl.program_id(0) * B + tl.arange(0, B)
+        v = tl.load(x + i, mask=i < size, other=0.0)
+        tl.store(out + i, tl.where(v > 0.0, v, 0.0), mask=i < size)
+
+    @triton.jit
+    def relu_grad(grad, out, grad_x, size, B: tl.constexpr):
+        i = tl.program_id(0) * B + tl.arange(0, B)
+        g = tl.load(grad + i, mask=i < size, other=0.0)
+        o = tl.load(out + i, mask=i < size, other=0.0)
+        tl.store(grad_x + i, tl.where(o > 0.0, g, 0.0), mask=i < size)
+
+    @triton.jit
+    def fma_elementwise(a, b, c, out, size, B: tl.constexpr):
+        i = tl.program_id(0) * B + tl.arange(0, B)
+        inside = i < size
+        value = tl.fma(tl.load(a + i, mask=inside), tl.load(b + i, mask=inside),
+                       tl.load(c + i, mask=inside))  # fmt: skip
+        tl.store(out + i, value, mask=inside)
+
+    @triton.jit
+    def rmsprop(param, grad, square_avg, alpha, one_minus_alpha, eps, neg_lr, size,
+                B: tl.constexpr):  # fmt: skip
+        i = tl.program_id(0) * B + tl.arange(0, B)
+        inside = i < size
+        g = tl.load(grad + i, mask=inside)
+        s = tl.fma(one_minus_alpha * g, g, tl.load(square_avg + i, mask=inside) * alpha)
+        step = tl.math.div_rn(neg_lr * g, tl.sqrt_rn(s) + eps)
+        tl.store(square_avg + i, s, mask=inside)
+        tl.store(param + i, tl.load(param + i, mask=inside) + step, mask=inside)
+
+    @triton.jit
+    def rmsprop_centered(param, grad, grad_avg, square_avg, alpha, one_minus_alpha, eps, neg_lr,
+                         size, B: tl.constexpr):  # fmt: skip
+        i = tl.program_id(0) * B + tl.arange(0, B)
+        inside = i < size
+        g = tl.load(grad + i, mask=inside)
+        mean = tl.fma(one_minus_alpha, g, tl.load(grad_avg + i, mask=inside) * alpha)
+        s = tl.fma(one_minus_alpha * g, g, tl.load(square_avg + i, mask=inside) * alpha)
+        step = tl.math.div_rn(neg_lr * g, tl.sqrt_rn(tl.fma(-mean, mean, s) + eps))
+        tl.store(grad_avg + i, mean, mask=inside)
+        tl.store(square_avg + i, s, mask=inside)
+        tl.store(param + i, tl.load(param + i, mask=inside) + step, mask=inside)
+
+    @triton.jit
+    def adam(param, grad, exp_avg, exp_avg_sq, one_minus_b1, beta2, one_minus_b2, root_c2, eps,
+             neg_step, size, B: tl.constexpr):  # fmt: skip
+        i = tl.program_id(0) * B + tl.arange(0, B)
+        inside = i < size
+        g = tl.load(grad + i, mask=inside)
+        m = tl.load(exp_avg + i, mask=inside)
+        m = tl.fma(one_minus_b1, g - m, m)
+        v = tl.fma(one_minus_b2 * g, g, tl.load(exp_avg_sq + i, mask=inside) * beta2)
+        step = tl.math.div_rn(neg_step * m, tl.math.div_rn(tl.sqrt_rn(v), root_c2) + eps)
+        tl.store(exp_avg + i, m, mask=inside)
+        tl.store(exp_avg_sq + i, v, mask=inside)
+        tl.store(param + i, tl.load(param + i, mask=inside) + step, mask=inside)
+
+    return SimpleNamespace(
+        rmsprop=rmsprop,
+        rmsprop_centered=rmsprop_centered,
+        adam=adam,
+        product=product,
+        add_column_bias=add_column_bias,
+        sum_rows=sum_rows,
+        sum_channel_major=sum_channel_major,
+        col2im=col2im,
+        scale_frames=scale_frames,
+        relu=relu,
+        relu_grad=relu_grad,
+        fma_elementwise=fma_elementwise,
+    )
+
+
+def _blocks(size: int) -> tuple[int]:
+    return ((size + BLOCK - 1) // BLOCK,)
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    """out[n] = a[n or 0] @ b[n or 0], each output one fma chain over k ascending from +0.
+    a (A, M, K), b (B, K, N), out (max(A, B), M, N), float32, contiguous."""
+    a, b = a.contiguous(), b.contiguous()
+    batch, rows, width = out.shape
+    depth = a.shape[2]
+    a_step = rows * depth if a.shape[0] > 1 else 0
+    b_step = depth * width if b.shape[0] > 1 else 0
+    grid = (batch, (rows + ROWS - 1) // ROWS, (width + COLUMNS - 1) // COLUMNS)
+    _launch(_kernels().product, grid, a, b, out, rows, width, depth, a_step, b_step,
+            R=ROWS, C=COLUMNS)  # fmt: skip
+
+
+def add_column_bias(out: torch.Tensor, bias: torch.Tensor) -> None:
+    _launch(_kernels().add_column_bias, _blocks(out.numel()), out, bias, out.numel(),
+            out.shape[-1], B=BLOCK)  # fmt: skip
+
+
+def sum_rows(terms: torch.Tensor, out: torch.Tensor) -> None:
+    width = terms.shape[1]
+    _launch(_kernels().sum_rows, ((width + 127) // 128,), terms, out, terms.shape[0], width, B=128)
+
+
+def sum_channel_major(grad: torch.Tensor, out: torch.Tensor) -> None:
+    batch, channels, width = grad.shape
+    _launch(_kernels().sum_channel_major, ((channels + 31) // 32,), grad, out, batch, channels,
+            width, B=32)  # fmt: skip
+
+
+def im2col(x: torch.Tensor, windows: torch.Tensor, stride: int) -> None:
+    """windows[n, oy, ox, c, ky, kx] = x[n, c, oy*stride + ky, ox*stride + kx]: a copy."""
+    kernel = windows.shape[-1]
+    views = x.unfold(2, kernel, stride).unfold(3, kernel, stride)  # (B, C, OH, OW, k, k)
+    windows.copy_(views.permute(0, 2, 3, 1, 4, 5))
+
+
+def col2im(dcols: torch.Tensor, grad_x: torch.Tensor, stride: int) -> None:
+    batch, out_h, out_w, channels, kernel, _ = dcols.shape
+    height, width = grad_x.shape[2], grad_x.shape[3]
+    _launch(_kernels().col2im, _blocks(grad_x.numel()), dcols, grad_x, grad_x.numel(), height,
+            width, out_h, out_w, channels, stride, K=kernel, B=BLOCK)  # fmt: skip
+
+
+def _elementwise(name: str, *tensors: torch.Tensor) -> None:
+    size = tensors[-1].numel()
+    _launch(getattr(_kernels(), name), _blocks(size), *tensors, size, B=BLOCK)
+
+
+def scale_frames(frames: torch.Tensor, out: torch.Tensor) -> None:
+    _elementwise("scale_frames", frames, out)
+
+
+def relu(x: torch.Tensor, out: torch.Tensor) -> None:
+    _elementwise("relu", x, out)
+
+
+def relu_grad(grad: torch.Tensor, out: torch.Tensor, grad_x: torch.Tensor) -> None:
+    _elementwise("relu_grad", grad, out, grad_x)
+
+
+def fma_elementwise(a, b, c, out) -> None:
+    _elementwise("fma_elementwise", a, b, c, out)
+
+
+def _optimizer(name: str, tensors: tuple, scalars: tuple) -> None:
+    """A step over flat float32 tensors; the hyperparameters as float32 (Triton's type for a
+    Python float)."""
+    size = tensors[0].numel()
+    values = tuple(float(value) for value in scalars)
+    _launch(getattr(_kernels(), name), _blocks(size), *tensors, *values, size, B=BLOCK)
+
+
+def rmsprop(param, grad, square_avg, alpha, one_minus_alpha, eps, neg_lr) -> None:
+    _optimizer("rmsprop", (param, grad, square_avg), (alpha, one_minus_alpha, eps, neg_lr))
+
+
+def rmsprop_centered(param, grad, grad_avg, square_avg, alpha, one_minus_alpha, eps, neg_lr):
+    tensors, scalars = (param, grad, grad_avg, square_avg), (alpha, one_minus_alpha, eps, neg_lr)
+    _optimizer("rmsprop_centered", tensors, scalars)
+
+
+def adam(param, grad, exp_avg, exp_avg_sq, *scalars) -> None:
+    """scalars: 1 - b1, b2, 1 - b2, sqrt(1 - b2^t), eps, -lr / (1 - b1^t)."""
+    _optimizer("adam", (param, grad, exp_avg, exp_avg_sq), scalars)
+
+
+def denormals_kept(device: torch.device) -> bool:
+    """False where the device's kernels flush denormals: the smallest normal halved, by the
+    fma, must stay a denormal."""
+    tiny = torch.full((1,), torch.finfo(torch.float32).tiny, device=device)
+    half, zero = torch.full((1,), 0.5, device=device), torch.zeros(1, device=device)
+    out = torch.ones(1, device=device)
+    fma_elementwise(tiny, half, zero, out)
+    return bool(out.item() == torch.finfo(torch.float32).tiny / 2)
+
+
+def exact_interpreter() -> None:
+    """Under TRITON_INTERPRET=1: the interpreter's fma (numpy's a * b + c, two roundings)
+    replaced by the spec's correctly rounded one (reference.fma32), as `fma.rn.f32` on a GPU."""
+    from triton.runtime import interpreter
+
+    from reprodqn.universal.reference import fma32
+
+    def create_fma(self, x, y, z):
+        return interpreter.TensorHandle(fma32(x.data, y.data, z.data), z.dtype.scalar)
+
+    interpreter.InterpreterBuilder.create_fma = create_fma
+
+
+def configure(device: torch.device) -> str:
+    """Check the device's kernels and say what they are (the run's conditions)."""
+    try:
+        import triton
+    except ImportError:
+        raise NumericsError(
+            "compute.numerics universal: the GPU backend needs triton (it comes with torch's "
+            "CUDA builds); none is installed"
+        ) from None
+    if not denormals_kept(device):
+        raise NumericsError(
+            f"compute.numerics universal: {device}'s kernels flush denormals to zero; the "
+            "universal chain needs them kept"
+        )
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "interpreter"
+    return f"cuda: triton {triton.__version__} on {name}"
