@@ -1,8 +1,8 @@
 """The universal layers: Conv2d, Linear, ReLU and the frame scaling as torch modules whose
-forward and backward run the universal kernels (backend.py: the CPU's or the GPU's), bit for bit the spec's
-(reference.py). torch only stores and moves the data: each layer is an autograd Function
-whose arithmetic is the kernels', and every output is checked for NaN, which stops the run
-naming the op (a NaN's payload differs between machines).
+forward and backward run the universal kernels (backend.py: the CPU's or the GPU's), bit
+for bit the spec's (reference.py). torch only stores and moves the data: each layer is an
+autograd Function whose arithmetic is the kernels', and every output is checked for NaN,
+which stops the run naming the op (a NaN's payload differs between machines).
 
 The weights and state-dict names are nn.Conv2d's and nn.Linear's, so a module built of
 these saves, loads and checkpoints as its standard twin does.
@@ -202,7 +202,8 @@ def init_uniform_(tensor: torch.Tensor, fan_in: int, generator: torch.Generator)
     unit = torch.from_numpy((bits.numpy().astype(np.float64) * 2.0**-24).astype(f32))  # exact
     unit = unit.reshape(-1).to(tensor.device)
     values = torch.empty_like(unit)
-    two_b, minus_b = torch.full_like(unit, float(bound * f32(2))), torch.full_like(unit, float(-bound))
+    two_b = torch.full_like(unit, float(bound * f32(2)))
+    minus_b = torch.full_like(unit, float(-bound))
     kernels_for(values).fma_elementwise(unit, two_b, minus_b, values)
     with torch.no_grad():
         tensor.copy_(values.view(tensor.shape))
