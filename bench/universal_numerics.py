@@ -4,9 +4,10 @@ mode and in the universal mode, each a `reprodqn train` process at 1 thread, alt
 round by round so a drift in machine speed hits both alike; then the batched evaluation
 forward (16 states, the protocol's chunk) in this process. Prints each mode's agent steps
 per second (the median after annealing, from process.jsonl) and, last,
-`ratio X.XX`: universal / standard.
+`ratio X.XX`: universal / standard. `--device cuda` runs both on a GPU (the universal
+mode's Triton kernels against cuDNN and cuBLAS), the evaluation forward synchronised.
 
-    .venv/bin/python bench/universal_numerics.py [--rounds 2] [--steps 2400]
+    .venv/bin/python bench/universal_numerics.py [--rounds 2] [--steps 2400] [--device cpu]
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 MODES = {"standard": [], "universal": ["compute.numerics=universal"]}
 
 
-def loop_rate(mode: str, steps: int) -> float:
+def loop_rate(mode: str, steps: int, device: str = "cpu") -> float:
     """Median agent steps/s of one run's log records after annealing."""
     overrides = [
+        f"compute.device={device}",
         "env.resize=linear_exact",
         "replay.learning_starts=400",
         "replay.capacity=10000",
@@ -65,7 +67,7 @@ def loop_rate(mode: str, steps: int) -> float:
     return statistics.median(annealed)
 
 
-def forward_rate(numerics: str, rounds: int = 20) -> float:
+def forward_rate(numerics: str, device: str = "cpu", rounds: int = 20) -> float:
     """Batched evaluation forwards (16 states) per second."""
     import numpy as np
     import torch
@@ -74,12 +76,18 @@ def forward_rate(numerics: str, rounds: int = 20) -> float:
 
     torch.set_num_threads(1)
     net = build_q_network("nature", 4, 4, 84, torch.Generator().manual_seed(1), numerics=numerics)
-    states = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (16, 4, 84, 84), np.uint8))
+    net = net.to(device)
+    pixels = np.random.default_rng(0).integers(0, 256, (16, 4, 84, 84), np.uint8)
+    states = torch.from_numpy(pixels).to(device)
     with torch.inference_mode():
         net(states)
+        if device == "cuda":
+            torch.cuda.synchronize()
         started = time.perf_counter()
         for _ in range(rounds):
             net(states)
+        if device == "cuda":
+            torch.cuda.synchronize()
     return rounds / (time.perf_counter() - started)
 
 
@@ -87,16 +95,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=2400)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
     rates: dict[str, list[float]] = {mode: [] for mode in MODES}
     for round_ in range(args.rounds):
         for mode in MODES:
-            rates[mode].append(loop_rate(mode, args.steps))
+            rates[mode].append(loop_rate(mode, args.steps, args.device))
             print(f"round {round_ + 1}: {mode} {rates[mode][-1]:.1f} agent steps/s", flush=True)
     from reprodqn.universal import cpu
 
     cpu.set_threads(1)
-    forward = {mode: forward_rate(mode) for mode in MODES}
+    forward = {mode: forward_rate(mode, args.device) for mode in MODES}
     print(
         f"evaluation forward (16 states): standard {forward['standard']:.1f}/s, universal "
         f"{forward['universal']:.1f}/s, ratio {forward['universal'] / forward['standard']:.2f}"
@@ -104,7 +113,7 @@ def main() -> None:
     standard, universal = (statistics.median(rates[m]) for m in MODES)
     print(
         f"training loop after annealing: standard {standard:.1f}, universal {universal:.1f} "
-        "agent steps/s (1 thread)"
+        f"agent steps/s (1 thread, {args.device})"
     )
     print(f"ratio {universal / standard:.2f}")
 

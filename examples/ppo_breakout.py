@@ -12,6 +12,12 @@ set-up, the run's records, three named streams, the hash chain, and the resume p
 Killed at any moment and started again with the same command, the run goes on from its
 last resume point and ends with the chain an uninterrupted run ends with.
 
+`--numerics universal` computes every float of acting and learning in reprodqn's universal
+kernels (docs/universal-numerics.md): one chain at every CPU floor and thread count, on any
+torch version. Its departures, each forced by the mode: the weights start U(-b, b),
+b = 1/sqrt(fan_in) (an orthogonal init needs LAPACK's QR), actions are drawn by the
+spec's inverse-CDF rule, and the loss's gradient is the spec's hand-written one.
+
     python examples/ppo_breakout.py --out runs/ppo/0 --steps 1000000
     reprodqn verify runs/ppo/0 their/runs/ppo/0
     reprodqn evaluate-policy runs/ppo/0/policy.pt --out evaluations/ppo/0
@@ -20,6 +26,8 @@ last resume point and ends with the chain an uninterrupted run ends with.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 import time
 from pathlib import Path
 
@@ -27,8 +35,10 @@ import gymnasium as gym
 import numpy as np
 
 from reprodqn import exact
+from reprodqn.exact import universal
 
-exact.cpu_floor("portable")  # exact: before torch (its kernels are chosen at the first op)
+FLOOR = sys.argv[sys.argv.index("--cpu-floor") + 1] if "--cpu-floor" in sys.argv else "portable"
+exact.cpu_floor(FLOOR)  # exact: before torch (its kernels are chosen at the first op)
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
@@ -56,6 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--value-coef", type=float, default=0.5)
     p.add_argument("--max-grad-norm", type=float, default=0.5)
     p.add_argument("--threads", type=int, default=1, help="torch threads (results depend on it)")
+    p.add_argument("--cpu-floor", default="portable", help="read before torch is imported")
+    p.add_argument("--numerics", choices=("standard", "universal"), default="standard")
     p.add_argument("--seed-init", type=int, default=1, help="the network's initial weights")
     p.add_argument("--seed-actions", type=int, default=2, help="the policy's action draws")
     p.add_argument("--seed-minibatch", type=int, default=3, help="the minibatch shuffles")
@@ -71,23 +83,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 class ActorCritic(nn.Module):
     """The Nature torso with a policy and a value head, initialised orthogonally (gains
     sqrt(2), 0.01 and 1) from the init stream alone: layers are built without torch's
-    default initialisation, which would draw from its global generator."""
+    default initialisation, which would draw from its global generator. Universal: the
+    same layers from reprodqn.exact.universal, U(-b, b) from the same stream."""
 
-    def __init__(self, n_actions: int, generator: torch.Generator):
+    def __init__(self, n_actions: int, generator: torch.Generator, numerics: str = "standard"):
         super().__init__()
+        kind = universal if numerics == "universal" else nn
         self.torso = nn.Sequential(
-            skip_init(nn.Conv2d, 4, 32, 8, stride=4),
-            nn.ReLU(),
-            skip_init(nn.Conv2d, 32, 64, 4, stride=2),
-            nn.ReLU(),
-            skip_init(nn.Conv2d, 64, 64, 3, stride=1),
-            nn.ReLU(),
+            skip_init(kind.Conv2d, 4, 32, 8, stride=4),
+            kind.ReLU(),
+            skip_init(kind.Conv2d, 32, 64, 4, stride=2),
+            kind.ReLU(),
+            skip_init(kind.Conv2d, 64, 64, 3, stride=1),
+            kind.ReLU(),
             nn.Flatten(),
-            skip_init(nn.Linear, 64 * 7 * 7, 512),
-            nn.ReLU(),
+            skip_init(kind.Linear, 64 * 7 * 7, 512),
+            kind.ReLU(),
         )
-        self.policy = skip_init(nn.Linear, 512, n_actions)
-        self.value = skip_init(nn.Linear, 512, 1)
+        self.policy = skip_init(kind.Linear, 512, n_actions)
+        self.value = skip_init(kind.Linear, 512, 1)
+        if numerics == "universal":
+            universal.init_(self, generator)
+            return
         layers = [m for m in self.torso if isinstance(m, nn.Conv2d | nn.Linear)]
         for layer, gain in [*((m, 2**0.5) for m in layers), (self.policy, 0.01), (self.value, 1)]:
             nn.init.orthogonal_(layer.weight, gain, generator=generator)
@@ -96,6 +113,18 @@ class ActorCritic(nn.Module):
     def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         features = self.torso(frames.float() / 255.0)
         return self.policy(features), self.value(features).squeeze(-1)
+
+
+class UniversalActorCritic(ActorCritic):
+    """ActorCritic in the universal numerics; its two heads read the torso through
+    universal.fork, whose gradients meet in the mode's arithmetic."""
+
+    def __init__(self, n_actions: int, generator: torch.Generator):
+        super().__init__(n_actions, generator, "universal")
+
+    def forward(self, frames: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        for_policy, for_value = universal.fork(self.torso(universal.scale_frames(frames)))
+        return self.policy(for_policy), self.value(for_value).squeeze(-1)
 
 
 class GreedyPolicy(nn.Module):
@@ -136,11 +165,15 @@ def collect(args, envs, model, streams, obs, scores, log, step):
     for t in range(t_max):
         batch["obs"][t] = torch.from_numpy(obs)
         with torch.no_grad():
-            logits, value = model(batch["obs"][t])
-        logp = logits.log_softmax(-1)
-        action = torch.multinomial(logp.exp(), 1, generator=streams["actions"]).squeeze(1)  # exact
-        batch["actions"][t], batch["values"][t] = action, value
-        batch["logprobs"][t] = logp.gather(1, action[:, None]).squeeze(1)
+            if args.numerics == "universal":
+                action, logprob, value = act_universal(model, batch["obs"][t], streams)
+            else:
+                logits, value = model(batch["obs"][t])
+                logp = logits.log_softmax(-1)
+                action = torch.multinomial(logp.exp(), 1, generator=streams["actions"])  # exact
+                action = action.squeeze(1)
+                logprob = logp.gather(1, action[:, None]).squeeze(1)
+        batch["actions"][t], batch["values"][t], batch["logprobs"][t] = action, value, logprob
         obs, reward, terminated, truncated, info = envs.step(action.numpy())
         done = terminated | truncated
         batch["rewards"][t] = torch.from_numpy(reward.astype(np.float32))
@@ -154,17 +187,42 @@ def collect(args, envs, model, streams, obs, scores, log, step):
     return batch, obs
 
 
+def exact_guard(args):
+    """Universal: torch refused any float op the mode does not cover."""
+    return universal.strict() if args.numerics == "universal" else contextlib.nullcontext()
+
+
+def act_universal(model, frames, streams):
+    """The policy's draw in the universal spec: 24 random bits per env from the actions
+    stream (integers), the first action whose running probability exceeds them."""
+    with universal.strict():
+        logits, value = model(frames)
+    logp = universal.log_softmax(logits.numpy())
+    bits = torch.randint(0, 1 << 24, (len(logp),), generator=streams["actions"])  # exact
+    action = universal.sample(logp, bits.numpy())
+    chosen = logp[np.arange(len(logp)), action]
+    return torch.from_numpy(action), torch.from_numpy(chosen), value
+
+
 def advantages(args, batch, next_value):
     """Generalised advantage estimates and returns (Schulman et al. 2016)."""
-    adv = torch.zeros_like(batch["rewards"])
-    running = torch.zeros(args.envs)
+    gamma, gamma_lambda, zeros = args.gamma, args.gamma * args.gae_lambda, torch.zeros
+    if args.numerics == "universal":  # numpy's float32 operations, each correctly rounded
+        batch = {k: v.numpy() for k, v in batch.items()}
+        next_value, zeros = next_value.numpy(), np.zeros
+        gamma, gamma_lambda = np.float32(gamma), np.float32(gamma_lambda)
+    adv = zeros(batch["rewards"].shape, dtype=batch["rewards"].dtype)
+    running = zeros(args.envs, dtype=adv.dtype)
     for t in reversed(range(args.rollout)):
         value_next = next_value if t == args.rollout - 1 else batch["values"][t + 1]
         live = 1.0 - batch["dones"][t]
-        delta = batch["rewards"][t] + args.gamma * value_next * live - batch["values"][t]
-        running = delta + args.gamma * args.gae_lambda * live * running
+        delta = batch["rewards"][t] + gamma * value_next * live - batch["values"][t]
+        running = delta + gamma_lambda * live * running
         adv[t] = running
-    return adv, adv + batch["values"]
+    returns = adv + batch["values"]
+    if args.numerics == "universal":
+        return torch.from_numpy(adv), torch.from_numpy(returns)
+    return adv, returns
 
 
 def learn(args, model, optimizer, streams, batch, adv, returns) -> torch.Tensor:
@@ -176,6 +234,9 @@ def learn(args, model, optimizer, streams, batch, adv, returns) -> torch.Tensor:
     for _ in range(args.epochs):
         order = torch.randperm(size, generator=streams["minibatch"])  # exact
         for idx in order.split(size // args.minibatches):
+            if args.numerics == "universal":
+                losses.append(step_universal(args, model, optimizer, flat, idx, adv, returns))
+                continue
             logits, value = model(flat["obs"][idx])
             logp = logits.log_softmax(-1)
             chosen = logp.gather(1, flat["actions"][idx, None]).squeeze(1)
@@ -195,17 +256,36 @@ def learn(args, model, optimizer, streams, batch, adv, returns) -> torch.Tensor:
     return torch.stack(losses)
 
 
+def step_universal(args, model, optimizer, flat, idx, adv, returns) -> torch.Tensor:
+    """One minibatch's update in the universal spec (the same loss, written as its order)."""
+    normalized = universal.normalize(adv[idx].numpy())
+    with universal.strict():
+        logits, value = model(flat["obs"][idx])
+        loss = universal.ppo_loss(
+            logits, value, flat["actions"][idx], flat["logprobs"][idx], normalized,
+            returns[idx], args.clip, args.value_coef, args.entropy_coef,
+        )  # fmt: skip
+        optimizer.zero_grad()
+        loss.backward()
+        universal.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+        optimizer.step()
+    return loss.detach()
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     config = {k: v for k, v in vars(args).items() if k not in NOT_CONFIG}
-    process = exact.setup(threads=args.threads)  # exact
+    process = exact.setup(threads=args.threads, numerics=args.numerics)  # exact
     exact.start_run(args.out, config, process)  # exact: refuses a folder of another config
     seeds = {"init": args.seed_init, "actions": args.seed_actions, "minibatch": args.seed_minibatch}
     streams = exact.Streams(torch=seeds)  # exact
     envs, obs = make_envs(args)
-    model = ActorCritic(int(envs.single_action_space.n), streams["init"])  # exact: init stream
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, eps=1e-5)
-    chain = exact.HashChain(args.out)  # exact
+    n_actions = int(envs.single_action_space.n)
+    network = UniversalActorCritic if args.numerics == "universal" else ActorCritic
+    model = network(n_actions, streams["init"])  # exact: init stream
+    adam = universal.Adam if args.numerics == "universal" else torch.optim.Adam
+    optimizer = adam(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-5)
+    chain = exact.HashChain(args.out, args.numerics)  # exact
     log = exact.JsonLog(args.out / "scores.jsonl")
     per_update = args.envs * args.rollout  # environment steps
     updates = args.steps // per_update
@@ -225,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
             group["lr"] = args.lr * (1 - update / updates)
         step = update * per_update
         batch, obs = collect(args, envs, model, streams, obs, scores, log, step)
-        with torch.no_grad():
+        with torch.no_grad(), exact_guard(args):
             next_value = model(torch.from_numpy(obs))[1]
         adv, returns = advantages(args, batch, next_value)
         chain.extend(learn(args, model, optimizer, streams, batch, adv, returns))  # exact
@@ -240,6 +320,10 @@ def main(argv: list[str] | None = None) -> None:
         eta = (end - update) * per_update / max(rate, 1e-9)
         print(f"update {update}/{updates}  step {step:,}  {rate:,.0f} steps/s  ETA {eta:,.0f} s")
     if update == updates:
+        if args.numerics == "universal":  # its standard twin: the same weights, scriptable
+            twin = ActorCritic(n_actions, torch.Generator().manual_seed(0))
+            twin.load_state_dict(model.state_dict())
+            model = twin
         exact.save_policy(GreedyPolicy(model), args.out / "policy.pt")  # exact
     envs.close()
 

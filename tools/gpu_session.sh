@@ -29,31 +29,40 @@
 #      host's settings (--mps --blocking-sync --pin); each run's chain held to the chain it
 #      has alone, every time (about 6 min; each sweep may take 150 s)
 #        run(command="bash tools/gpu_session.sh mps", carry=[".whl"], timeout_s=500)
-#   `probe`: the universal numerics' probe (tools/universal_probe.py) under that host's
-#      torch, compared with tests/golden/universal-probe.json (about 1 min). numba there
-#      comes from .numba/ (llvmlite's 57 MiB wheel, xz'd, does not fit beside .whl in one
-#      call's 64 MiB), unless the host has its own
-#        run(command="bash tools/gpu_session.sh probe", carry=[".numba"], timeout_s=150)
+#   `probe`: the universal numerics on the GPU: the probe (tools/universal_probe.py) on
+#      the CPU's kernels and on the GPU's (Triton), each compared with
+#      tests/golden/universal-probe.json; the tiny training chain on the GPU against
+#      tests/golden/universal-tiny-nips.hashes.jsonl; bench/universal_numerics.py --device
+#      cuda (about 6 min at most). numba comes from .numba/ (llvmlite's 57 MiB wheel, xz'd,
+#      does not fit beside .whl in one call's 64 MiB) unless the host has its own; the
+#      chain's ale-py and pydantic come from a `wheels` call just before, on the warm machine:
+#        run(command="bash tools/gpu_session.sh wheels", carry=[".whl"], timeout_s=60)
+#        run(command="bash tools/gpu_session.sh probe", carry=[".numba"], timeout_s=560)
 # What comes back: mps: session.log, nvidia-smi.txt, mps-binary.txt, throughput-{plain,mps,
 # host}.json, mps-control.log and steps.tar.gz (each step's whole output and train.log);
-# probe: session.log, universal-probe.json, universal-probe.log.
+# probe: session.log, universal-probe{,-cuda}.{json,log}, universal-chain-cuda.{log,jsonl},
+# universal-bench-cuda.log.
 set -uo pipefail
-part=${1:?"which part: check, bench, mps or probe"}
+part=${1:?"which part: check, bench, mps, wheels or probe"}
 OUT=${OUT:-build/gpu-session}
 mkdir -p "$OUT"
 if [ "$part" = mps ]; then  # first: is MPS there at all
   control=$(command -v nvidia-cuda-mps-control)
   echo "mps: nvidia-cuda-mps-control ${control:-not found on PATH}" | tee "$OUT/mps-binary.txt"
 fi
-if [ "$part" = probe ]; then
+if [ "$part" = probe ]; then  # .whl's packages stay in /tmp/site from the `wheels` call
   mkdir -p /tmp/site
-  if ! python3 -c "import numba" 2>/dev/null; then
+  if ! PYTHONPATH=/tmp/site python3 -c "import numba" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
       .numba/*.whl && tar -xJf .numba/llvmlite.tar.xz -C /tmp/site || exit 1
   fi
 else
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
+fi
+if [ "$part" = wheels ]; then
+  echo "wheels: installed in /tmp/site for the probe call"
+  exit 0
 fi
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 PYTHONHASHSEED=0
 export TORCH_SHOW_CPP_STACKTRACES=1  # a refused capture names the op, not only the error
@@ -104,9 +113,13 @@ if [ "$part" = mps ]; then
   (cd "$OUT" && tar -czf steps.tar.gz throughput-*.log && rm -f throughput-*.log)
 fi
 if [ "$part" = probe ]; then
-  step 120 universal-probe python3 tools/universal_probe.py --updates 4
-  grep '^{"sha256"' "$OUT/universal-probe.log" | tail -n 1 >"$OUT/universal-probe.json"
-  python3 - "$OUT/universal-probe.json" <<'COMPARE' | tee -a "$log"
+  # the CPU's kernels, then the GPU's (Triton) on the same updates, then the tiny training
+  # chain on the GPU against its golden record, then the mode's speed on the GPU
+  step 100 universal-probe python3 tools/universal_probe.py --updates 4
+  step 150 universal-probe-cuda python3 tools/universal_probe.py --updates 4 --device cuda
+  for name in universal-probe universal-probe-cuda; do
+    grep '^{"sha256"' "$OUT/$name.log" | tail -n 1 >"$OUT/$name.json"
+    python3 - "$OUT/$name.json" <<'COMPARE' | tee -a "$log"
 import json
 import sys
 
@@ -114,11 +127,27 @@ golden = json.load(open("tests/golden/universal-probe.json"))
 try:
     got = json.load(open(sys.argv[1]))
 except ValueError:
-    sys.exit("universal probe: no result (see universal-probe.log)")
+    sys.exit(f"universal probe: no result in {sys.argv[1]} (see its .log)")
 same = got["sha256"] == golden["sha256"] and got["greedy"] == golden["greedy"]
 print(
-    f"universal probe on torch {got['torch']} ({got['machine']}): "
+    f"universal probe on torch {got['torch']} ({got['machine']}, {got['kernels']}): "
     + ("the golden hash" if same else f"DIFFERS: {got['sha256']}, golden {golden['sha256']}")
 )
 COMPARE
+  done
+  chain=(--set compute.numerics=universal --set env.resize=linear_exact --set agent.network=nips
+    --set agent.batch_size=8 --set agent.target_sync_every=100 --set agent.epsilon_decay_steps=300
+    --set replay.capacity=1000 --set replay.learning_starts=200 --set train.steps=800
+    --set train.checkpoint_every=400 --set train.resume_every=400 --set train.log_every=100)
+  rm -rf /tmp/universal-chain
+  step 150 universal-chain-cuda python3 -m reprodqn.cli train --group deterministic --run 0 \
+    --params params.yaml --runs-dir /tmp/universal-chain "${chain[@]}" --set compute.device=cuda
+  if cmp -s /tmp/universal-chain/deterministic/0/hashes.jsonl \
+    tests/golden/universal-tiny-nips.hashes.jsonl; then
+    echo "universal tiny chain on cuda: the golden chain" | tee -a "$log"
+  else
+    echo "universal tiny chain on cuda: DIFFERS from the golden chain" | tee -a "$log"
+  fi
+  cp /tmp/universal-chain/deterministic/0/hashes.jsonl "$OUT/universal-chain-cuda.jsonl"
+  step 150 universal-bench-cuda python3 bench/universal_numerics.py --rounds 1 --device cuda
 fi

@@ -141,6 +141,40 @@ def test_its_policy_is_evaluated_under_the_papers_protocol(runs, tmp_path):
     assert len(rows) == 1 + 2  # a header and the two episodes
 
 
+@pytest.fixture(scope="module")
+def universal_runs(tmp_path_factory) -> Path:
+    """The universal numerics at the portable floor and 1 thread, and at the machine's
+    own floor and 2 threads; a third run stopped halfway (--until) and resumed."""
+    root = tmp_path_factory.mktemp("ppo-universal")
+    ppo(root / "portable-1", "--numerics", "universal")
+    ppo(root / "native-2", "--numerics", "universal", "--cpu-floor", "native", "--threads", "2")
+    ppo(root / "resumed", "--numerics", "universal", "--until", "256")
+    ppo(root / "resumed", "--numerics", "universal")
+    return root
+
+
+def test_the_universal_ppo_gives_one_chain_at_every_floor_and_thread_count(universal_runs):
+    portable, native = universal_runs / "portable-1", universal_runs / "native-2"
+    assert records(portable) == records(native)
+    chain = [json.loads(line) for line in (portable / "hashes.jsonl").read_text().splitlines()]
+    assert {line["numerics"] for line in chain} == {"universal"}
+    assert len({line["weights_sha256"] for line in chain}) == 5  # it learns: weights move
+    config = json.loads((native / "config.json").read_text())
+    assert (config["config"]["cpu_floor"], config["config"]["threads"]) == ("native", 2)
+
+
+def test_the_universal_ppo_stopped_and_resumed_ends_with_the_uninterrupted_chain(
+    universal_runs,
+):
+    assert records(universal_runs / "resumed") == records(universal_runs / "portable-1")
+
+
+def test_the_universal_ppo_differs_from_the_standard_one(runs, universal_runs):
+    """Another init and another sampling rule: the modes' chains are not comparable."""
+    standard = (runs / "t1" / "a" / "hashes.jsonl").read_text()
+    assert standard != (universal_runs / "portable-1" / "hashes.jsonl").read_text()
+
+
 def test_the_docs_state_the_lines_it_spends_on_exactness():
     marked = [line for line in SCRIPT.read_text().splitlines() if "  # exact" in line]
     stated = re.search(r"spends (\d+) lines on exactness", DOCS.read_text())

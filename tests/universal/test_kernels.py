@@ -135,3 +135,12 @@ def test_denormals_are_kept(kernel_backend):
         assert cuda.denormals_kept(torch.device("cpu"))
     else:
         assert cpu.denormals_kept()
+
+
+def test_a_forked_tensors_gradients_meet_in_one_rounded_add():
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    first, second = layers.fork(x)
+    g1 = np.array([1e8, 0.1, -0.0], f32)
+    g2 = np.array([1.0, 0.2, -0.0], f32)
+    torch.autograd.backward([first, second], [torch.from_numpy(g1), torch.from_numpy(g2)])
+    assert same(x.grad.numpy(), g1 + g2)

@@ -89,3 +89,33 @@ def test_adam_resumed_from_its_state_dict_keeps_its_binary64_powers():
     optimizer.step()
     resumed.step()
     assert same(params[0].detach().numpy(), twin[0].detach().numpy())
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 1e6])
+def test_gradient_clipping_is_the_specs_lane_order_and_torchs_rule(max_norm):
+    """The norm over 256 fma lanes summed in order (the spec, written here in numpy from the
+    reference's fma), and torch's rule: scaled by fl(max / fl(norm + 1e-6)) only below 1."""
+    rng = np.random.default_rng(9)
+    shapes = [(300, 7), (5,), (1000,)]
+    params = [torch.nn.Parameter(torch.zeros(s)) for s in shapes]
+    grads = [(rng.standard_normal(s) * 0.1).astype(f32) for s in shapes]
+    for param, grad in zip(params, grads, strict=True):
+        param.grad = torch.from_numpy(grad.copy())
+    norm = optim.clip_grad_norm_(params, max_norm)
+    lanes = np.zeros(optim.NORM_LANES, f32)
+    for grad in grads:
+        flat = grad.reshape(-1)
+        for start in range(0, flat.size, optim.NORM_LANES):
+            chunk = flat[start : start + optim.NORM_LANES]
+            lanes[: chunk.size] = ref.fma32(chunk, chunk, lanes[: chunk.size])
+    total = f32(0.0)
+    for lane in lanes:
+        total = f32(total + lane)
+    assert same(norm.numpy(), np.sqrt(total))
+    factor = f32(f32(max_norm) / f32(np.sqrt(total) + f32(1e-6)))
+    for param, grad in zip(params, grads, strict=True):
+        expected = grad * factor if factor < 1 else grad
+        assert same(param.grad.numpy(), expected)
+    theirs = torch.nn.utils.clip_grad_norm_([torch.nn.Parameter(torch.zeros(1))], 1.0)
+    assert float(theirs) == 0.0  # (torch's own, for the rule: no gradients, norm 0)
+    assert abs(float(norm) - np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads))) < 1e-4

@@ -29,6 +29,8 @@ KERNELS = (
     "rmsprop",
     "rmsprop_centered",
     "adam",
+    "sum_squares",
+    "scale",
 )
 _chosen = {"cpu": "numba"}
 

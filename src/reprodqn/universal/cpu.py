@@ -219,7 +219,26 @@ def _optimizers() -> dict:
             exp_avg[i], exp_avg_sq[i] = m, v
             param[i] = param[i] + (neg_step * m) / (np.sqrt(v) / root_c2 + eps)
 
-    return {"rmsprop": rmsprop, "rmsprop_centered": rmsprop_centered, "adam": adam}
+    @jit
+    def sum_squares(grad, lanes):
+        """lanes[i mod L] = fma(g_i, g_i, lanes[i mod L]), i ascending (the gradient norm)."""
+        width = lanes.size
+        for i in range(grad.size):
+            j = i % width
+            lanes[j] = fma(grad[i], grad[i], lanes[j])
+
+    @jit
+    def scale(values, factor):
+        for i in range(values.size):
+            values[i] = values[i] * factor
+
+    return {
+        "rmsprop": rmsprop,
+        "rmsprop_centered": rmsprop_centered,
+        "adam": adam,
+        "sum_squares": sum_squares,
+        "scale": scale,
+    }
 
 
 @functools.cache

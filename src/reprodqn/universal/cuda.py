@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-from types import SimpleNamespace
 
 import torch
 
@@ -41,153 +40,11 @@ def _launch(kernel, grid, *args, **constants):
 
 
 @functools.cache
-def _kernels() -> SimpleNamespace:
-    import triton
-    import triton.language as tl
+def _kernels():
+    """The Triton kernels (triton_kernels.py), imported at first use: triton only then."""
+    from reprodqn.universal import triton_kernels
 
-    @triton.jit
-    def product(a, b, out, rows, width, depth, a_step, b_step, R: tl.constexpr, C: tl.constexpr):
-        """out[n] = a[n or 0] @ b[n or 0]: acc = fma(a[m, k], b[k, j], acc), k ascending."""
-        n, block, panel = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        m = block * R + tl.arange(0, R)
-        j = panel * C + tl.arange(0, C)
-        a_rows = a + n * a_step + m * depth
-        b_columns = b + n * b_step + j
-        acc = tl.zeros((R, C), tl.float32)
-        for k in range(depth):
-            left = tl.load(a_rows + k, mask=m < rows, other=0.0)
-            right = tl.load(b_columns + k * width, mask=j < width, other=0.0)
-            acc = tl.fma(left[:, None], right[None, :], acc)
-        at = out + n * rows * width + m[:, None] * width + j[None, :]
-        tl.store(at, acc, mask=(m[:, None] < rows) & (j[None, :] < width))
-
-    @triton.jit
-    def add_column_bias(out, bias, size, width, B: tl.constexpr):
-        i = tl.program_id(0) * B + tl.arange(0, B)
-        inside = i < size
-        value = tl.load(out + i, mask=inside) + tl.load(bias + i % width, mask=inside)
-        tl.store(out + i, value, mask=inside)
-
-    @triton.jit
-    def sum_rows(terms, out, rows, width, B: tl.constexpr):
-        """out[j] = terms[0, j] + terms[1, j] + ..., ascending from +0."""
-        j = tl.program_id(0) * B + tl.arange(0, B)
-        acc = tl.zeros((B,), tl.float32)
-        for r in range(rows):
-            acc = acc + tl.load(terms + r * width + j, mask=j < width, other=0.0)
-        tl.store(out + j, acc, mask=j < width)
-
-    @triton.jit
-    def sum_channel_major(grad, out, batch, channels, width, B: tl.constexpr):
-        """out[c] = sum over (n, p) ascending of grad[n, c, p], from +0."""
-        c = tl.program_id(0) * B + tl.arange(0, B)
-        acc = tl.zeros((B,), tl.float32)
-        for n in range(batch):
-            for p in range(width):
-                at = grad + (n * channels + c) * width + p
-                acc = acc + tl.load(at, mask=c < channels, other=0.0)
-        tl.store(out + c, acc, mask=c < channels)
-
-    @triton.jit
-    def col2im(dcols, grad_x, size, height, width, out_h, out_w, channels, stride,
-               K: tl.constexpr, B: tl.constexpr):  # fmt: skip
-        """grad_x[n, c, y, x] = from +0, for (ky, kx) ascending: + dcols[n, oy, ox, c, ky, kx]
-        of the window position (oy, ox) that reads pixel (y, x) through (ky, kx)."""
-        i = tl.program_id(0) * B + tl.arange(0, B)
-        inside = i < size
-        x = i % width
-        y = (i // width) % height
-        c = (i // (width * height)) % channels
-        n = i // (width * height * channels)
-        acc = tl.zeros((B,), tl.float32)
-        for ky in range(K):
-            for kx in range(K):
-                oy, ox = (y - ky) // stride, (x - kx) // stride
-                hit = (y >= ky) & (x >= kx) & ((y - ky) % stride == 0) & ((x - kx) % stride == 0)
-                hit = hit & (oy < out_h) & (ox < out_w) & inside
-                at = ((((n * out_h + oy) * out_w + ox) * channels + c) * K + ky) * K + kx
-                acc = tl.where(hit, acc + tl.load(dcols + at, mask=hit, other=0.0), acc)
-        tl.store(grad_x + i, acc, mask=inside)
-
-    @triton.jit
-    def scale_frames(frames, out, size, B: tl.constexpr):
-        i = tl.program_id(0) * B + tl.arange(0, B)
-        pixel = tl.load(frames + i, mask=i < size, other=0).to(tl.float32)
-        tl.store(out + i, tl.math.div_rn(pixel, tl.full((B,), 255.0, tl.float32)), mask=i < size)
-
-    @triton.jit
-    def relu(x, out, size, B: tl.constexpr):
-        i = tl.program_id(0) * B + tl.arange(0, B)
-        v = tl.load(x + i, mask=i < size, other=0.0)
-        tl.store(out + i, tl.where(v > 0.0, v, 0.0), mask=i < size)
-
-    @triton.jit
-    def relu_grad(grad, out, grad_x, size, B: tl.constexpr):
-        i = tl.program_id(0) * B + tl.arange(0, B)
-        g = tl.load(grad + i, mask=i < size, other=0.0)
-        o = tl.load(out + i, mask=i < size, other=0.0)
-        tl.store(grad_x + i, tl.where(o > 0.0, g, 0.0), mask=i < size)
-
-    @triton.jit
-    def fma_elementwise(a, b, c, out, size, B: tl.constexpr):
-        i = tl.program_id(0) * B + tl.arange(0, B)
-        inside = i < size
-        value = tl.fma(tl.load(a + i, mask=inside), tl.load(b + i, mask=inside),
-                       tl.load(c + i, mask=inside))  # fmt: skip
-        tl.store(out + i, value, mask=inside)
-
-    @triton.jit
-    def rmsprop(param, grad, square_avg, alpha, one_minus_alpha, eps, neg_lr, size,
-                B: tl.constexpr):  # fmt: skip
-        i = tl.program_id(0) * B + tl.arange(0, B)
-        inside = i < size
-        g = tl.load(grad + i, mask=inside)
-        s = tl.fma(one_minus_alpha * g, g, tl.load(square_avg + i, mask=inside) * alpha)
-        step = tl.math.div_rn(neg_lr * g, tl.sqrt_rn(s) + eps)
-        tl.store(square_avg + i, s, mask=inside)
-        tl.store(param + i, tl.load(param + i, mask=inside) + step, mask=inside)
-
-    @triton.jit
-    def rmsprop_centered(param, grad, grad_avg, square_avg, alpha, one_minus_alpha, eps, neg_lr,
-                         size, B: tl.constexpr):  # fmt: skip
-        i = tl.program_id(0) * B + tl.arange(0, B)
-        inside = i < size
-        g = tl.load(grad + i, mask=inside)
-        mean = tl.fma(one_minus_alpha, g, tl.load(grad_avg + i, mask=inside) * alpha)
-        s = tl.fma(one_minus_alpha * g, g, tl.load(square_avg + i, mask=inside) * alpha)
-        step = tl.math.div_rn(neg_lr * g, tl.sqrt_rn(tl.fma(-mean, mean, s) + eps))
-        tl.store(grad_avg + i, mean, mask=inside)
-        tl.store(square_avg + i, s, mask=inside)
-        tl.store(param + i, tl.load(param + i, mask=inside) + step, mask=inside)
-
-    @triton.jit
-    def adam(param, grad, exp_avg, exp_avg_sq, one_minus_b1, beta2, one_minus_b2, root_c2, eps,
-             neg_step, size, B: tl.constexpr):  # fmt: skip
-        i = tl.program_id(0) * B + tl.arange(0, B)
-        inside = i < size
-        g = tl.load(grad + i, mask=inside)
-        m = tl.load(exp_avg + i, mask=inside)
-        m = tl.fma(one_minus_b1, g - m, m)
-        v = tl.fma(one_minus_b2 * g, g, tl.load(exp_avg_sq + i, mask=inside) * beta2)
-        step = tl.math.div_rn(neg_step * m, tl.math.div_rn(tl.sqrt_rn(v), root_c2) + eps)
-        tl.store(exp_avg + i, m, mask=inside)
-        tl.store(exp_avg_sq + i, v, mask=inside)
-        tl.store(param + i, tl.load(param + i, mask=inside) + step, mask=inside)
-
-    return SimpleNamespace(
-        rmsprop=rmsprop,
-        rmsprop_centered=rmsprop_centered,
-        adam=adam,
-        product=product,
-        add_column_bias=add_column_bias,
-        sum_rows=sum_rows,
-        sum_channel_major=sum_channel_major,
-        col2im=col2im,
-        scale_frames=scale_frames,
-        relu=relu,
-        relu_grad=relu_grad,
-        fma_elementwise=fma_elementwise,
-    )
+    return triton_kernels
 
 
 def _blocks(size: int) -> tuple[int]:
@@ -278,6 +135,15 @@ def rmsprop_centered(param, grad, grad_avg, square_avg, alpha, one_minus_alpha, 
 def adam(param, grad, exp_avg, exp_avg_sq, *scalars) -> None:
     """scalars: 1 - b1, b2, 1 - b2, sqrt(1 - b2^t), eps, -lr / (1 - b1^t)."""
     _optimizer("adam", (param, grad, exp_avg, exp_avg_sq), scalars)
+
+
+def sum_squares(grad: torch.Tensor, lanes: torch.Tensor) -> None:
+    _launch(_kernels().sum_squares, (1,), grad, lanes, grad.numel(), W=lanes.numel())
+
+
+def scale(values: torch.Tensor, factor) -> None:
+    size = values.numel()
+    _launch(_kernels().scale, _blocks(size), values, float(factor), size, B=BLOCK)
 
 
 def denormals_kept(device: torch.device) -> bool:

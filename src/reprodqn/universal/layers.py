@@ -138,6 +138,29 @@ class _ReLUFunction(torch.autograd.Function):
         return grad_x
 
 
+class _ForkFunction(torch.autograd.Function):
+    """Two copies of x whose gradients meet as fma(g1, 1, g2) = fl(g1 + g2): where torch's
+    autograd would add them with its own kernel (a tensor read by two layers)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone(), x.clone()
+
+    @staticmethod
+    def backward(ctx, first, second):
+        a, b = operand(first, "fork gradient"), operand(second, "fork gradient")
+        out = torch.empty_like(a)
+        kernels_for(a).fma_elementwise(a.view(-1), torch.ones_like(a).view(-1), b.view(-1),
+                                       out.view(-1))  # fmt: skip
+        return checked(out, "fork gradient")
+
+
+def fork(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x for two readers (a policy and a value head on one torso), their gradients summed in
+    the universal arithmetic."""
+    return _ForkFunction.apply(x)
+
+
 class Conv2d(nn.Conv2d):
     """nn.Conv2d (square kernel and stride, no padding, dilation or groups) on the universal
     kernels."""

@@ -132,3 +132,30 @@ class Adam(_Universal):
             f32(group["eps"]),
             f32(-step_size),
         )
+
+
+NORM_LANES = 256
+
+
+@torch.no_grad()
+def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
+    """Scale the gradients by fl(max_norm / fl(norm + 1e-6)) where that is below 1, as
+    torch.nn.utils.clip_grad_norm_ does, with the norm in the spec's order: 256 lanes, each
+    element i of each gradient (parameters in order) folded into lane i mod 256 by fma, the
+    lanes summed in order from +0, then the correctly rounded root. Returns the norm."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    lanes = torch.zeros(NORM_LANES, device=grads[0].device)
+    for grad in grads:
+        kernels_for(grad).sum_squares(_flat(grad), lanes)
+    total = f32(0.0)
+    for lane in lanes.cpu().numpy():
+        total = f32(total + lane)
+    norm = np.sqrt(total)
+    factor = f32(f32(max_norm) / f32(norm + f32(1e-6)))
+    if factor < 1:
+        for grad in grads:
+            kernels_for(grad).scale(_flat(grad), factor)
+            checked(_flat(grad), "gradient clipping")
+    return torch.tensor(norm)
