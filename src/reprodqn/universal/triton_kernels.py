@@ -9,16 +9,17 @@ import triton.language as tl
 
 
 @triton.jit
-def product(a, b, out, rows, width, depth, a_step, b_step, R: tl.constexpr, C: tl.constexpr):
-    """out[n] = a[n or 0] @ b[n or 0]: acc = fma(a[m, k], b[k, j], acc), k ascending."""
+def product(a_t, b, out, rows, width, depth, a_step, b_step, R: tl.constexpr, C: tl.constexpr):
+    """out[n] = a[n or 0] @ b[n or 0]: acc = fma(a[m, k], b[k, j], acc), k ascending. `a_t`
+    is a transposed (K, M), so each k's column of a block is one coalesced load, as b's row."""
     n, block, panel = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     m = block * R + tl.arange(0, R)
     j = panel * C + tl.arange(0, C)
-    a_rows = a + n * a_step + m * depth
+    a_columns = a_t + n * a_step + m
     b_columns = b + n * b_step + j
     acc = tl.zeros((R, C), tl.float32)
     for k in range(depth):
-        left = tl.load(a_rows + k, mask=m < rows, other=0.0)
+        left = tl.load(a_columns + k * rows, mask=m < rows, other=0.0)
         right = tl.load(b_columns + k * width, mask=j < width, other=0.0)
         acc = tl.fma(left[:, None], right[None, :], acc)
     at = out + n * rows * width + m[:, None] * width + j[None, :]
