@@ -186,6 +186,28 @@ def test_n_step_returns_match_the_definition_across_terminals_and_cuts(n):
     assert straddling and not any(replay.valid(i) for i in straddling)
 
 
+def test_the_universal_n_step_discounts_are_running_binary64_products():
+    """compute.numerics universal: gamma^k as 1, g, fl(g g), fl(fl(g g) g)... exactly (pow
+    is not correctly rounded in every libm), the return summed in k order from +0."""
+    n, log = 4, episode_log(seed=7, steps=400)
+    replay = ReplayMemory(1000, 4, 2, False, n_step=n, discount=GAMMA, running_powers=True)
+    for t, (reward, terminal, time) in enumerate(log):
+        replay.add(label(t), t % 4, reward, terminal, time)
+    powers = [1.0]
+    for _ in range(n):
+        powers.append(powers[-1] * GAMMA)
+    indices = np.array([i for i in range(4, replay.size - n) if replay.valid(i)])
+    batch = replay.transitions(indices)
+    for row, i in enumerate(indices):
+        length, total = batch["lengths"][row], 0.0
+        for k in range(n):
+            total += powers[k] * float(np.float32(log[i + k][0])) if k < length else 0.0
+        assert batch["rewards"][row] == total  # exactly
+        assert batch["discounts"][row] in (0.0, powers[length])
+    # the check tells the products from pow: 0.9 ** 4 is another binary64 than 0.9 * 0.9 * 0.9 * 0.9
+    assert any(GAMMA**k != powers[k] for k in range(n + 1))
+
+
 def test_n_step_return_stops_at_a_life_loss_that_ends_the_episode(tmp_path):
     """A lost life is a terminal for learning (env.life_loss_ends_episode): a real run's
     stored n-step returns never sum rewards across one."""

@@ -52,7 +52,6 @@ def test_a_universal_fingerprint_leaves_out_torch_and_the_cpu():
     "override,named",
     [
         ("agent.dueling=true", "agent.dueling: false"),
-        ("agent.n_step=3", "agent.n_step: 1"),
         ("replay.prioritized=true", "replay.prioritized: false"),
         ("compute.replay_on_device=true", "compute.replay_on_device: false"),
     ],

@@ -86,6 +86,19 @@ def test_the_universal_chain_is_one_at_every_vector_width(tmp_path, target):
     assert ours == CHAIN.read_text().splitlines(), f"parted with numba compiling for {target}"
 
 
+def test_n_step_targets_give_one_universal_chain_at_two_floors_and_thread_counts(tmp_path):
+    """3-step returns (gamma^k as running binary64 products): the portable floor at 1 thread
+    and this machine's own floor at 2 give one chain, which is not the 1-step one."""
+    (tmp_path / "portable").mkdir(), (tmp_path / "native").mkdir()
+    portable = universal_chain(tmp_path / "portable", "agent.n_step=3")
+    native = universal_chain(
+        tmp_path / "native", "agent.n_step=3", "compute.cpu_isa=native", "compute.threads=2"
+    )
+    assert json.loads(portable[-1])["updates"] > 100
+    assert portable == native
+    assert portable != CHAIN.read_text().splitlines()
+
+
 def test_a_resumed_universal_run_gives_the_golden_chain(tmp_path):
     """Stopped as a crash would after its first resume point, then resumed: the universal
     optimizer's state and the layers' cached transposes come back as they were."""

@@ -52,7 +52,7 @@ class ComputeConfig(Frozen):
         "order of correctly rounded IEEE-754 float32 operations (docs/universal-numerics.md), "
         "so the chain is one on every CPU, thread count and torch version; the device, floor "
         "and threads then change speed only. Nature or NIPS network, one Q head, uniform "
-        "replay, 1-step targets.",
+        "replay, 1-step or n-step targets.",
     )
     replay_on_device: bool = Field(
         False,
@@ -78,7 +78,6 @@ def check_universal(config) -> None:
         return
     needs = {
         "agent.dueling: false": not config.agent.dueling,
-        "agent.n_step: 1": config.agent.n_step == 1,
         "replay.prioritized: false": not config.replay.prioritized,
         "compute.replay_on_device: false": not config.compute.replay_on_device,
         # INTER_LINEAR computes its coefficients in float code the compiler may contract

@@ -52,10 +52,19 @@ class ReplayMemory:
         episode_time_wraps: bool = True,
         n_step: int = 1,
         discount: float = 0.99,
+        running_powers: bool = False,
     ):
         self.capacity = capacity
         self.n_step = n_step
         self.discount = discount
+        # the universal numerics' gamma^k: running binary64 products, the same bits on every
+        # machine (pow is not correctly rounded in every libm); None: `discount ** k`
+        self.powers = None
+        if running_powers:
+            powers = [1.0]
+            for _ in range(n_step):
+                powers.append(powers[-1] * discount)
+            self.powers = np.array(powers)
         # n > 1 only: which slots hold an episode's first step (exact, unlike episode_time)
         self.starts = np.zeros(capacity if n_step > 1 else 0, dtype=bool)
         self.history_length = history_length
@@ -175,9 +184,12 @@ class ReplayMemory:
         terminal = stop_end <= np.minimum(stop_cut, n)
         rewards = self.rewards[window].astype(np.float64)
         returns = np.zeros(len(indices), dtype=np.float64)
+        powers = self.powers
         for k in range(n):  # r_i + gamma r_{i+1} + ..., term by term in a fixed order
-            returns += np.where(k < length, self.discount**k * rewards[:, k], 0.0)
-        discounts = np.where(terminal, 0.0, self.discount ** length.astype(np.float64))
+            power = self.discount**k if powers is None else powers[k]
+            returns += np.where(k < length, power * rewards[:, k], 0.0)
+        reach = self.discount ** length.astype(np.float64) if powers is None else powers[length]
+        discounts = np.where(terminal, 0.0, reach)
         last = indices + length - 1  # s' = frames last-h+1 .. last
         state_frames = self.frames[indices[:, None] + np.arange(-h, 0)[None, :]]
         next_frames = self.frames[last[:, None] + np.arange(-h + 1, 1)[None, :]]

@@ -1,8 +1,8 @@
 """The universal numerics mode's share of DQN and Double DQN, as mixins the agent classes
 put first: the greedy choice, the TD target and the loss in reprodqn.universal's
 arithmetic, and torch watched (universal.guard) while an update or a greedy action runs, so
-no float op slips onto torch's kernels. Uniform replay and 1-step targets
-(compute.check_universal)."""
+no float op slips onto torch's kernels. Uniform replay, 1-step or n-step targets (gamma^k
+as running binary64 products: replay.py), compute.check_universal."""
 
 from __future__ import annotations
 
@@ -35,18 +35,14 @@ class UniversalLearning:
         prioritized rule's, which this mode refuses). The gpu group's random reduction
         order permutes the rows first, as the standard agent does."""
         batch, _, _ = self.reordered(batch, None)
-        states, next_states, actions, rewards, not_terminal, _ = self.on_device(batch)
+        states, next_states, actions, rewards, not_terminal, discounts = self.on_device(batch)
         config = self.config
+        gamma = config.discount if discounts is None else discounts  # n-step: gamma^m
         with UniversalOnly():
             with torch.no_grad():
                 next_q = self.next_values(next_states)
                 targets = learning.td_target(
-                    rewards,
-                    next_q,
-                    not_terminal,
-                    config.discount,
-                    config.target_dtype,
-                    states.device,
+                    rewards, next_q, not_terminal, gamma, config.target_dtype, states.device
                 )
             q_all = self.online(states)
             loss = learning.q_loss(q_all, actions, targets, config.loss, config.loss_reduction)

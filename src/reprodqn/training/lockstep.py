@@ -64,6 +64,7 @@ class LockstepRun(RunState):
                     config.replay.episode_time_wraps,
                     config.agent.n_step,
                     config.agent.discount,
+                    config.compute.numerics == "universal",
                 )
                 for _ in range(n)
             ]

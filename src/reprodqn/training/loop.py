@@ -76,6 +76,7 @@ def build_replay(config: RunConfig, device: torch.device) -> ReplayMemory | Prio
         config.replay.episode_time_wraps,
         config.agent.n_step,
         config.agent.discount,
+        config.compute.numerics == "universal",
     )
     return PrioritizedReplay(memory, config.priority) if config.replay.prioritized else memory
 

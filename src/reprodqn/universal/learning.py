@@ -43,10 +43,11 @@ def td_target(
     rewards, next_q: np.ndarray, not_terminal, gamma: float, dtype: str, device="cpu"
 ) -> torch.Tensor:
     """float64 (the authors'): fl32(fl64(r) + fl64(fl64(gamma * q) * nt)); float32: the same
-    operations in binary32. On `device`, where the Q-values it is compared with are."""
+    operations in binary32. `gamma` is a number, or with n-step returns each sample's
+    gamma^m (float64). On `device`, where the Q-values it is compared with are."""
     r, nt = _numpy(rewards), _numpy(not_terminal)
     kind: type[np.floating] = f64 if dtype == "float64" else f32
-    scaled: np.ndarray = np.multiply(kind(gamma), next_q.astype(kind))
+    scaled: np.ndarray = np.multiply(_numpy(gamma).astype(kind), next_q.astype(kind))
     target = r.astype(kind) + scaled * nt.astype(kind)
     return checked(torch.from_numpy(target.astype(f32)), "TD target").to(device)
 
