@@ -144,3 +144,23 @@ def test_a_forked_tensors_gradients_meet_in_one_rounded_add():
     g2 = np.array([1.0, 0.2, -0.0], f32)
     torch.autograd.backward([first, second], [torch.from_numpy(g1), torch.from_numpy(g2)])
     assert same(x.grad.numpy(), g1 + g2)
+
+
+def test_the_dueling_head_and_its_gradient_are_torchs_to_rounding():
+    rng = np.random.default_rng(12)
+    v, a = rng.standard_normal((9, 1)).astype(f32), rng.standard_normal((9, 5)).astype(f32)
+    g = rng.standard_normal((9, 5)).astype(f32)
+    ours_v, ours_a = (torch.from_numpy(x).requires_grad_(True) for x in (v, a))
+    q = layers.dueling(ours_v, ours_a)
+    q.backward(torch.from_numpy(g))
+    theirs_v, theirs_a = (torch.from_numpy(x).double().requires_grad_(True) for x in (v, a))
+    expected = theirs_v + (theirs_a - theirs_a.mean(dim=1, keepdim=True))
+    expected.backward(torch.from_numpy(g).double())
+    assert np.allclose(q.detach().numpy(), expected.detach().numpy(), atol=1e-6)
+    assert np.allclose(ours_v.grad.numpy(), theirs_v.grad.numpy(), atol=1e-5)
+    assert np.allclose(ours_a.grad.numpy(), theirs_a.grad.numpy(), atol=1e-6)
+    # the spec's order, bit for bit: the mean a sum from +0 in column order, then / A
+    total = np.zeros(9, f32)
+    for column in range(5):
+        total = total + a[:, column]
+    assert same(q.detach().numpy(), v + (a - (total / f32(5))[:, None]))

@@ -51,7 +51,6 @@ def test_a_universal_fingerprint_leaves_out_torch_and_the_cpu():
 @pytest.mark.parametrize(
     "override,named",
     [
-        ("agent.dueling=true", "agent.dueling: false"),
         ("replay.prioritized=true", "replay.prioritized: false"),
         ("compute.replay_on_device=true", "compute.replay_on_device: false"),
     ],

@@ -51,8 +51,8 @@ class ComputeConfig(Frozen):
         "floating-point op of acting and learning in reprodqn's own kernels, each one written "
         "order of correctly rounded IEEE-754 float32 operations (docs/universal-numerics.md), "
         "so the chain is one on every CPU, thread count and torch version; the device, floor "
-        "and threads then change speed only. Nature or NIPS network, one Q head, uniform "
-        "replay, 1-step or n-step targets.",
+        "and threads then change speed only. Nature or NIPS network, one Q head or "
+        "a dueling one, uniform replay, 1-step or n-step targets.",
     )
     replay_on_device: bool = Field(
         False,
@@ -77,7 +77,6 @@ def check_universal(config) -> None:
     if config.compute.numerics != "universal":
         return
     needs = {
-        "agent.dueling: false": not config.agent.dueling,
         "replay.prioritized: false": not config.replay.prioritized,
         "compute.replay_on_device: false": not config.compute.replay_on_device,
         # INTER_LINEAR computes its coefficients in float code the compiler may contract

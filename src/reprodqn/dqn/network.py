@@ -109,8 +109,12 @@ class QNetwork(nn.Module):
         self.numerics = numerics
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        if self.numerics == "universal":  # dueling is refused there (compute.check_universal)
-            return self.layers(universal.scale_frames(frames))
+        if self.numerics == "universal":
+            features = self.layers(universal.scale_frames(frames))
+            if not self.dueling:
+                return features
+            for_value, for_advantage = universal.fork(features)  # two readers: their sum
+            return universal.dueling(self.value(for_value), self.advantage(for_advantage))
         # a fresh float32 copy scaled in place: the same bits as x / 255, one buffer fewer
         x = self.layers(frames.to(torch.float32, copy=True).div_(255.0))
         if not self.dueling:

@@ -29,6 +29,7 @@ WHERE = {
     "ReLU": "layers",
     "check_supported": "layers",
     "fork": "layers",
+    "dueling": "layers",
     "init_uniform_": "layers",
     "scale_frames": "layers",
     "NumericsError": "errors",

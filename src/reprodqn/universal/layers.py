@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from reprodqn.universal.backend import checked, kernels_for, operand
+from reprodqn.universal.backend import checked, host, kernels_for, operand
 from reprodqn.universal.errors import NumericsError
 
 f32 = np.float32
@@ -159,6 +159,40 @@ def fork(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x for two readers (a policy and a value head on one torso), their gradients summed in
     the universal arithmetic."""
     return _ForkFunction.apply(x)
+
+
+class _DuelingFunction(torch.autograd.Function):
+    """Q = fl(v + fl(a - m)), m = fl(the row's advantages summed in column order from +0 / A).
+    Gradients: dv = the row's g summed in column order from +0; da = fl(g - fl(dv / A))."""
+
+    @staticmethod
+    def forward(ctx, value, advantage):
+        v, a = host(value, "dueling value"), host(advantage, "dueling advantage")
+        total = np.zeros(len(a), f32)
+        for column in range(a.shape[1]):
+            total = total + a[:, column]
+        q = v.reshape(-1, 1) + (a - (total / f32(a.shape[1]))[:, None])
+        ctx.shapes, ctx.device = (value.shape, a.shape), advantage.device
+        return checked(torch.from_numpy(q).to(advantage.device), "dueling head")
+
+    @staticmethod
+    def backward(ctx, grad_q):
+        g = host(grad_q, "dueling gradient")
+        grad_v = np.zeros(len(g), f32)
+        for column in range(g.shape[1]):
+            grad_v = grad_v + g[:, column]
+        grad_a = g - (grad_v / f32(g.shape[1]))[:, None]
+        value_shape, _ = ctx.shapes
+        return (
+            torch.from_numpy(grad_v.reshape(value_shape)).to(ctx.device),
+            torch.from_numpy(np.ascontiguousarray(grad_a)).to(ctx.device),
+        )
+
+
+def dueling(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
+    """Wang et al.'s head: Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a'), in the spec's order
+    (a minibatch's few values, on the host)."""
+    return _DuelingFunction.apply(value, advantage)
 
 
 class Conv2d(nn.Conv2d):
