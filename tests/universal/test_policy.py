@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from reprodqn.universal import policy, rounding
+from reprodqn.universal.errors import NumericsError
 
 f32 = np.float32
 
@@ -116,3 +117,21 @@ def test_normalisation_is_torchs_unbiased_one():
     a = np.random.default_rng(4).standard_normal(300).astype(f32) * f32(3) + f32(1)
     expected = (a - a.mean(dtype=np.float64)) / (a.std(dtype=np.float64, ddof=1) + 1e-8)
     assert np.allclose(policy.normalize(a), expected, atol=1e-6)
+
+
+def test_the_binary64_power_is_the_nearest_to_a_40_digit_one():
+    """power64 (prioritized replay's p ** alpha and (N P) ** -beta in the universal mode):
+    the binary64 nearest the decimal power, within an ulp of numpy's, 0 at a zero base."""
+    rng = np.random.default_rng(6)
+    bases = np.concatenate([rng.uniform(1e-6, 3.0, 500), [0.0, 1.0, 2.0]])
+    ours = rounding.power64(bases, 0.6)
+    context = decimal.Context(prec=60)
+    for base, got in zip(bases[:50], ours[:50], strict=True):
+        exact = context.power(decimal.Decimal(float(base)), decimal.Decimal(0.6)) if base else 0
+        assert abs(decimal.Decimal(float(got)) - exact) <= decimal.Decimal(float(got)) * (
+            decimal.Decimal(2) ** -53
+        )
+    assert ours[-3:].tolist() == [0.0, 1.0, float(decimal.Decimal(2) ** decimal.Decimal(0.6))]
+    assert np.allclose(ours, bases**0.6, rtol=2**-51, atol=0)
+    with pytest.raises(NumericsError, match="negative or non-finite base"):
+        rounding.power64(np.array([-1.0]), 0.5)

@@ -49,15 +49,15 @@ def test_a_universal_fingerprint_leaves_out_torch_and_the_cpu():
 
 
 @pytest.mark.parametrize(
-    "override,named",
+    "overrides,named",
     [
-        ("replay.prioritized=true", "replay.prioritized: false"),
-        ("compute.replay_on_device=true", "compute.replay_on_device: false"),
+        (["replay.prioritized=true", "priority.eta=0.9"], r"priority.eta: 0 \(R2D2's"),
+        (["compute.replay_on_device=true"], "compute.replay_on_device: false"),
     ],
 )
-def test_what_the_mode_does_not_cover_is_refused_in_one_line(override, named):
+def test_what_the_mode_does_not_cover_is_refused_in_one_line(overrides, named):
     with pytest.raises(InputError, match=f"compute.numerics: universal needs {named}"):
-        load_params(PARAMS, [*UNIVERSAL, override])
+        load_params(PARAMS, [*UNIVERSAL, *overrides])
     with pytest.raises(InputError, match="env.resize: linear_exact"):
         load_params(PARAMS, ["compute.numerics=universal"])
 

@@ -86,11 +86,14 @@ def test_the_universal_chain_is_one_at_every_vector_width(tmp_path, target):
     assert ours == CHAIN.read_text().splitlines(), f"parted with numba compiling for {target}"
 
 
-@pytest.mark.parametrize("variant", ["agent.n_step=3", "agent.dueling=true"])
-def test_n_step_and_dueling_give_one_universal_chain_at_two_floors_and_threads(tmp_path, variant):
-    """3-step returns (gamma^k as running binary64 products) and the dueling head (its
-    streams read the torso through universal.fork): the portable floor at 1 thread and
-    this machine's own floor at 2 give one chain, which is not the plain DQN's."""
+@pytest.mark.parametrize(
+    "variant", ["agent.n_step=3", "agent.dueling=true", "replay.prioritized=true"]
+)
+def test_each_dqn_variant_gives_one_universal_chain_at_two_floors_and_threads(tmp_path, variant):
+    """3-step returns (gamma^k as running binary64 products), the dueling head (its streams
+    read the torso through universal.fork) and prioritized replay (its powers by
+    rounding.power64, its importance weights in the loss): the portable floor at 1 thread
+    and this machine's own floor at 2 give one chain, which is not the plain DQN's."""
     (tmp_path / "portable").mkdir(), (tmp_path / "native").mkdir()
     portable = universal_chain(tmp_path / "portable", variant)
     native = universal_chain(

@@ -52,7 +52,7 @@ class ComputeConfig(Frozen):
         "order of correctly rounded IEEE-754 float32 operations (docs/universal-numerics.md), "
         "so the chain is one on every CPU, thread count and torch version; the device, floor "
         "and threads then change speed only. Nature or NIPS network, one Q head or "
-        "a dueling one, uniform replay, 1-step or n-step targets.",
+        "a dueling one, uniform or prioritized replay, 1-step or n-step targets.",
     )
     replay_on_device: bool = Field(
         False,
@@ -77,7 +77,10 @@ def check_universal(config) -> None:
     if config.compute.numerics != "universal":
         return
     needs = {
-        "replay.prioritized: false": not config.replay.prioritized,
+        # R2D2's mixture reads later transitions' TD errors through the standard path
+        "priority.eta: 0 (R2D2's priority mixture is not covered)": (
+            not config.replay.prioritized or config.priority.eta == 0
+        ),
         "compute.replay_on_device: false": not config.compute.replay_on_device,
         # INTER_LINEAR computes its coefficients in float code the compiler may contract
         "env.resize: linear_exact (OpenCV's bit-exact resize)": config.env.resize == "linear_exact",

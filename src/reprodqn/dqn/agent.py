@@ -265,7 +265,9 @@ class DQNAgent:
     ) -> torch.Tensor:
         """The update with importance weights (unless off), then the sampled transitions'
         new priorities from their TD errors before the step (Schaul et al. 2016)."""
-        importance = priority_rule.importance_weights(batch, priority, step - self.learning_starts)
+        importance = priority_rule.importance_weights(
+            batch, priority, step - self.learning_starts, getattr(replay, "power", None)
+        )
         weights = torch.from_numpy(importance).to(self.device) if importance is not None else None
         errors = np.abs(self.window_td_errors(batch, priority.eta))  # before the update
         loss, td_errors = self.update_with_td_errors(batch, weights)

@@ -45,10 +45,17 @@ def check_memory(capacity: int, frame_size: int, physical: int | None = None) ->
     return needed
 
 
+def numpy_power(base, exponent: float) -> np.ndarray:
+    return np.asarray(base, np.float64) ** exponent
+
+
 class PrioritizedReplay:
-    def __init__(self, memory: ReplayMemory, config: PrioritySettings):
+    def __init__(self, memory: ReplayMemory, config: PrioritySettings, power=numpy_power):
+        """`power`: how p ** alpha is computed (numpy's, or the universal numerics' power64,
+        the same bits on every machine)."""
         self.memory = memory
         self.config = config
+        self.power = power
         self.tree = SumTree(memory.capacity)
         self.max_priority = 1.0  # the running max of |delta| + eps, before the exponent
 
@@ -70,7 +77,7 @@ class PrioritizedReplay:
             memory.history_length <= slot <= memory.capacity - memory.n_step - 1
             and memory.history_valid(slot)
         )
-        priority = self.max_priority**self.config.alpha if sampleable else 0.0
+        priority = float(self.power(self.max_priority, self.config.alpha)) if sampleable else 0.0
         self.tree.set(np.array([slot]), np.array([priority]))
 
     def set_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
@@ -78,7 +85,7 @@ class PrioritizedReplay:
         unique, first = np.unique(indices, return_index=True)
         p = np.asarray(priorities, dtype=np.float64)[first] + self.config.eps
         self.max_priority = max(self.max_priority, float(p.max()))
-        self.tree.set(unique, p**self.config.alpha)
+        self.tree.set(unique, self.power(p, self.config.alpha))
 
     # -- sampling ----------------------------------------------------------------------------
     def sampleable(self, index: int) -> bool:

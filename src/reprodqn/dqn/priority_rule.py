@@ -16,15 +16,16 @@ def beta(config: PrioritySettings, steps_learning: int) -> float:
 
 
 def importance_weights(
-    batch: dict, config: PrioritySettings, steps_learning: int
+    batch: dict, config: PrioritySettings, steps_learning: int, power=None
 ) -> np.ndarray | None:
     """w_i = (N P(i))^-beta / max_j w_j over the batch (float32), or None when weights are
-    off (R2D2). N is the number of transitions held, P(i) each sample's probability."""
+    off (R2D2). N is the number of transitions held, P(i) each sample's probability.
+    `power`: the replay's (numpy's, or the universal numerics' power64)."""
     if not config.importance_weights:
         return None
     b = beta(config, steps_learning)
     scaled = batch["population"] * batch["probabilities"]
-    weights = scaled**-b
+    weights = scaled**-b if power is None else power(scaled, -b)
     return (weights / weights.max()).astype(np.float32)
 
 

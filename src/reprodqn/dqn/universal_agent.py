@@ -1,8 +1,9 @@
 """The universal numerics mode's share of DQN and Double DQN, as mixins the agent classes
 put first: the greedy choice, the TD target and the loss in reprodqn.universal's
 arithmetic, and torch watched (universal.guard) while an update or a greedy action runs, so
-no float op slips onto torch's kernels. Uniform replay, 1-step or n-step targets (gamma^k
-as running binary64 products: replay.py), compute.check_universal."""
+no float op slips onto torch's kernels. Uniform or prioritized replay (its powers by
+rounding.power64), 1-step or n-step targets (gamma^k as running binary64 products:
+replay.py); compute.check_universal says what else."""
 
 from __future__ import annotations
 
@@ -31,10 +32,11 @@ class UniversalLearning:
         return learning.max_q(self.target(next_states))
 
     def update_with_td_errors(self, batch, weights=None):
-        """One optimizer step on a uniform minibatch; the loss (the TD errors are the
-        prioritized rule's, which this mode refuses). The gpu group's random reduction
-        order permutes the rows first, as the standard agent does."""
-        batch, _, _ = self.reordered(batch, None)
+        """One optimizer step on a minibatch (each sample's loss weighted by its importance
+        weight under prioritized replay); the loss and the TD errors fl(t - Q(s, a)) the
+        step was taken on, in the minibatch's order. The gpu group's random reduction order
+        permutes the rows first, as the standard agent does."""
+        batch, weights, order = self.reordered(batch, weights)
         states, next_states, actions, rewards, not_terminal, discounts = self.on_device(batch)
         config = self.config
         gamma = config.discount if discounts is None else discounts  # n-step: gamma^m
@@ -45,11 +47,18 @@ class UniversalLearning:
                     rewards, next_q, not_terminal, gamma, config.target_dtype, states.device
                 )
             q_all = self.online(states)
-            loss = learning.q_loss(q_all, actions, targets, config.loss, config.loss_reduction)
+            loss = learning.q_loss(
+                q_all, actions, targets, config.loss, config.loss_reduction, weights
+            )
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-        return loss.detach(), torch.empty(0)
+        rows = np.arange(len(q_all))
+        chosen = host(q_all, "Q-values")[rows, actions.cpu().numpy()]
+        td_errors = host(targets, "targets") - chosen
+        if order is not None:
+            td_errors = td_errors[np.argsort(order)]
+        return loss.detach(), torch.from_numpy(td_errors)
 
 
 class UniversalDoubleLearning(UniversalLearning):

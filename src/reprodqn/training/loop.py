@@ -78,7 +78,13 @@ def build_replay(config: RunConfig, device: torch.device) -> ReplayMemory | Prio
         config.agent.discount,
         config.compute.numerics == "universal",
     )
-    return PrioritizedReplay(memory, config.priority) if config.replay.prioritized else memory
+    if not config.replay.prioritized:
+        return memory
+    if config.compute.numerics == "universal":  # p ** alpha the same on every machine
+        from reprodqn.universal.rounding import power64
+
+        return PrioritizedReplay(memory, config.priority, power64)
+    return PrioritizedReplay(memory, config.priority)
 
 
 class Run(RunState):

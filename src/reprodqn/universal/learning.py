@@ -64,10 +64,11 @@ class _LossFunction(torch.autograd.Function):
     order from +0 (a sample's terms in row order), divided by the count for the mean. A
     term's gradient: Huber's clip(y - t, -1, 1), the squared error's 2 (y - t), divided by
     the count for the mean. With `actions`, y is the row's value at its action and the
-    gradient is placed there, +0 elsewhere (Q(s, a))."""
+    gradient is placed there, +0 elsewhere (Q(s, a)). With importance `weights`, each
+    sample's term and its gradient are fl(w x) first (prioritized replay)."""
 
     @staticmethod
-    def forward(ctx, values, actions, targets, loss: str, reduction: str):
+    def forward(ctx, values, actions, targets, loss: str, reduction: str, weights=None):
         rows = host(values, "predictions")
         picked = None if actions is None else _numpy(actions)
         chosen = rows if picked is None else rows[np.arange(len(rows)), picked]
@@ -80,6 +81,9 @@ class _LossFunction(torch.autograd.Function):
             per_sample, slope = delta * delta, f32(2.0) * delta
         else:
             raise NumericsError(f"compute.numerics universal: no loss {loss!r} (huber or mse)")
+        if weights is not None:
+            w = host(weights, "importance weights").reshape(-1)
+            per_sample, slope = w * per_sample.astype(f32), w * slope.astype(f32)
         total = _sum_ascending(per_sample.astype(f32))
         count = f32(len(delta))
         if reduction == "mean":
@@ -97,14 +101,20 @@ class _LossFunction(torch.autograd.Function):
             grad = np.zeros(ctx.shape, f32)
             grad[np.arange(len(grad)), ctx.actions] = ctx.slope
         grad = torch.from_numpy(np.ascontiguousarray(grad)).to(ctx.device)
-        return grad, None, None, None, None
+        return grad, None, None, None, None, None
 
 
 def q_loss(
-    q_all: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor, loss: str, reduction: str
+    q_all: torch.Tensor,
+    actions: torch.Tensor,
+    targets: torch.Tensor,
+    loss: str,
+    reduction: str,
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The loss of Q(s, a) against the targets, differentiable into the network."""
-    return _LossFunction.apply(q_all, actions, targets, loss, reduction)
+    """The loss of Q(s, a) against the targets (each sample's term weighted where `weights`
+    is given), differentiable into the network."""
+    return _LossFunction.apply(q_all, actions, targets, loss, reduction, weights)
 
 
 def regression_loss(

@@ -1,5 +1,6 @@
 """exp and log rounded correctly to binary32: the policy gradient's elementary functions in
-the universal spec (policy.py).
+the universal spec (policy.py); and a binary64 power the same on every machine (prioritized
+replay's exponents).
 
 No libm promises a correctly rounded exp or log, and they differ between machines (glibc,
 numpy's own SIMD code, SVML). This evaluates in binary64 with numpy, whose error is a few
@@ -74,3 +75,24 @@ def log32(x) -> np.ndarray:
     with np.errstate(divide="ignore"):
         approx = np.log(x.astype(f64))
     return _rounded(approx, x, lambda d: d.ln(_CONTEXT))
+
+
+_POWER_CONTEXT = decimal.Context(prec=40)
+
+
+def power64(base, exponent: float) -> np.ndarray:
+    """base ** exponent in binary64, elementwise (base >= 0), the same bits on every machine:
+    computed by Python's decimal (libmpdec, software arithmetic) at 40 digits, then rounded
+    to the nearest binary64. libm's pow is not correctly rounded everywhere, and 40 digits
+    leave a binary64 rounding in doubt only within 1e-40 of a boundary. Slow (tens of
+    microseconds a value): for the few values an update or a step needs."""
+    values = np.asarray(base, f64)
+    if np.any(values < 0) or not np.all(np.isfinite(values)):
+        from reprodqn.universal.errors import NumericsError
+
+        raise NumericsError("compute.numerics universal: a power of a negative or non-finite base")
+    y = decimal.Decimal(float(exponent))
+    out = np.empty(values.shape, f64)
+    for i, x in enumerate(values.flat):
+        out.flat[i] = float(_POWER_CONTEXT.power(decimal.Decimal(float(x)), y)) if x else 0.0
+    return out
