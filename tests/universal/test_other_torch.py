@@ -14,7 +14,8 @@ import pytest
 
 from tests.helpers import ROOT
 
-VENV = Path(os.environ.get("REPRODQN_OTHER_TORCH", ROOT / "build" / "torch-2.11"))
+# a relative path is the checkout's (CI's is build/torch-2.11); the runs below start elsewhere
+VENV = ROOT / os.environ.get("REPRODQN_OTHER_TORCH", "build/torch-2.11")
 
 
 @pytest.mark.other_torch
