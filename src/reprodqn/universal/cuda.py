@@ -12,7 +12,8 @@ result on the device.
 
 Under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) the same kernels run in numpy,
 whose fma rounds twice: `exact_interpreter()` puts the spec's fma in its place, so the
-kernels' order is tested on a machine without a GPU (tests/universal/test_gpu_kernels.py).
+kernels' order is tested on a machine without a GPU (`pytest --universal-backend triton`:
+tests/universal/conftest.py).
 """
 
 from __future__ import annotations
