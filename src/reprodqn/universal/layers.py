@@ -18,6 +18,7 @@ from torch import nn
 
 from reprodqn.universal.backend import checked, host, kernels_for, operand
 from reprodqn.universal.errors import NumericsError
+from reprodqn.universal.reference import add_sequence
 
 f32 = np.float32
 
@@ -168,9 +169,7 @@ class _DuelingFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, value, advantage):
         v, a = host(value, "dueling value"), host(advantage, "dueling advantage")
-        total = np.zeros(len(a), f32)
-        for column in range(a.shape[1]):
-            total = total + a[:, column]
+        total = add_sequence(a, axis=1)
         q = v.reshape(-1, 1) + (a - (total / f32(a.shape[1]))[:, None])
         ctx.shapes, ctx.device = (value.shape, a.shape), advantage.device
         return checked(torch.from_numpy(q).to(advantage.device), "dueling head")
@@ -178,9 +177,7 @@ class _DuelingFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_q):
         g = host(grad_q, "dueling gradient")
-        grad_v = np.zeros(len(g), f32)
-        for column in range(g.shape[1]):
-            grad_v = grad_v + g[:, column]
+        grad_v = add_sequence(g, axis=1)
         grad_a = g - (grad_v / f32(g.shape[1]))[:, None]
         value_shape, _ = ctx.shapes
         return (

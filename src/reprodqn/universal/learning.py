@@ -12,6 +12,7 @@ import torch
 
 from reprodqn.universal.backend import checked, host
 from reprodqn.universal.errors import NumericsError
+from reprodqn.universal.reference import add_sequence
 
 f32, f64 = np.float32, np.float64
 
@@ -52,13 +53,6 @@ def td_target(
     return checked(torch.from_numpy(target.astype(f32)), "TD target").to(device)
 
 
-def _sum_ascending(terms: np.ndarray) -> np.float32:
-    total = f32(0.0)
-    for term in terms:
-        total = f32(total + term)
-    return total
-
-
 class _LossFunction(torch.autograd.Function):
     """Huber (z < 1: 0.5 z * z, else z - 0.5, z = |y - t|) or squared error, summed in sample
     order from +0 (a sample's terms in row order), divided by the count for the mean. A
@@ -84,7 +78,7 @@ class _LossFunction(torch.autograd.Function):
         if weights is not None:
             w = host(weights, "importance weights").reshape(-1)
             per_sample, slope = w * per_sample.astype(f32), w * slope.astype(f32)
-        total = _sum_ascending(per_sample.astype(f32))
+        total = f32(add_sequence(per_sample))
         count = f32(len(delta))
         if reduction == "mean":
             total, slope = f32(total / count), (slope / count).astype(f32)

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from reprodqn.universal.backend import checked, kernels_for
+from reprodqn.universal.reference import add_sequence
 
 f32 = np.float32
 
@@ -149,10 +150,7 @@ def clip_grad_norm_(parameters, max_norm: float) -> torch.Tensor:
     lanes = torch.zeros(NORM_LANES, device=grads[0].device)
     for grad in grads:
         kernels_for(grad).sum_squares(_flat(grad), lanes)
-    total = f32(0.0)
-    for lane in lanes.cpu().numpy():
-        total = f32(total + lane)
-    norm = np.sqrt(total)
+    norm = np.sqrt(add_sequence(lanes.cpu().numpy()))
     factor = f32(f32(max_norm) / f32(norm + f32(1e-6)))
     if factor < 1:
         for grad in grads:

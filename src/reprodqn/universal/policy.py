@@ -16,7 +16,7 @@ import torch
 
 from reprodqn.universal.backend import checked, host
 from reprodqn.universal.errors import NumericsError
-from reprodqn.universal.reference import fma32
+from reprodqn.universal.reference import add_sequence, fma32
 from reprodqn.universal.rounding import exp32, log32
 
 f32 = np.float32
@@ -24,18 +24,12 @@ f32 = np.float32
 
 def _sum_columns(terms: np.ndarray) -> np.ndarray:
     """Each row's sum over its columns in order, from +0."""
-    total = np.zeros(terms.shape[0], f32)
-    for column in range(terms.shape[1]):
-        total = total + terms[:, column]
-    return total
+    return add_sequence(terms, axis=1)
 
 
 def _mean(terms: np.ndarray) -> np.float32:
     """fl(sum in order from +0 / n)."""
-    total = f32(0.0)
-    for term in terms.astype(f32):
-        total = f32(total + term)
-    return f32(total / f32(terms.size))
+    return f32(add_sequence(terms) / f32(terms.size))
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -68,11 +62,7 @@ def normalize(advantages: np.ndarray) -> np.ndarray:
     a = np.asarray(advantages, f32).reshape(-1)
     mu = _mean(a)
     centred = a - mu
-    squares = centred * centred
-    total = f32(0.0)
-    for term in squares:
-        total = f32(total + term)
-    sd = np.sqrt(f32(total / f32(a.size - 1)))
+    sd = np.sqrt(f32(add_sequence(centred * centred) / f32(a.size - 1)))
     return centred / f32(sd + f32(1e-8))
 
 
