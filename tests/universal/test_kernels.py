@@ -59,6 +59,39 @@ def test_gemm_is_the_reference_chain(shape, threads):
         assert same(out[n].numpy(), ref.chain(a[0], b[n]))
 
 
+@pytest.mark.parametrize("block_depth", [32, 33, 1000])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(1, 70, 40), (13, 65, 3), (7, 96, 33), (100, 67, 17)])
+def test_gemm_cut_into_blocks_of_k_is_one_chain(shape, threads, block_depth):
+    """Each block of k carries on from C as the last one left it (the tiles' `load`): the
+    chain is the reference's at every cut, whole or not, every row count a tile has
+    (1 to 6, and runs of row blocks), and columns past a panel's edge."""
+    rows, depth, width = shape
+    rng = np.random.default_rng(rows * depth)
+    a = rng.standard_normal((2, rows, depth)).astype(f32)
+    b = rng.standard_normal((1, depth, width)).astype(f32)
+    out = np.empty((2, rows, width), f32)
+    cpu.gemm(a, b, out, parallel=threads > 1, block_depth=block_depth)
+    for n in range(2):
+        assert same(out[n], ref.chain(a[n], b[0]))
+
+
+def test_one_thread_runs_no_thread_pool():
+    """At one thread the kernels are the ones compiled without numba's parallel layer, and
+    the count asked for is the count applied (a pool left at the core count spins on a
+    core another process needs)."""
+    import numba
+
+    cpu.set_threads(2)
+    try:
+        assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+        assert cpu.kernels() is cpu._kernels(numba.config.NUMBA_NUM_THREADS > 1)
+    finally:
+        cpu.set_threads(1)
+    assert cpu.threads() == 1
+    assert cpu.kernels() is cpu._kernels(False)
+
+
 def test_gemm_order_matters():
     """The chain's order is what the test pins: a sum in another order differs here."""
     rng = np.random.default_rng(3)

@@ -30,6 +30,7 @@ from torch import nn
 from torch.nn.utils import skip_init
 
 from reprodqn.universal import api as universal_api
+from reprodqn.universal import host as universal_host
 from reprodqn.universal import layers as universal
 
 # (out_channels, kernel, stride) per conv layer, then the hidden width
@@ -110,6 +111,8 @@ class QNetwork(nn.Module):
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         if self.numerics == "universal":
+            if universal_host.applies(frames):  # no gradient: the kernels without torch
+                return universal_host.q_network(self, frames)
             features = self.layers(universal.scale_frames(frames))
             if not self.dueling:
                 return features

@@ -14,9 +14,11 @@ import numpy as np
 import torch
 
 from reprodqn.universal.errors import NumericsError
+from reprodqn.universal.guard import unwatched
 
 KERNELS = (
     "gemm",
+    "pack",
     "im2col",
     "col2im",
     "add_column_bias",
@@ -42,21 +44,36 @@ def use(cpu_backend: str) -> None:
     _chosen["cpu"] = cpu_backend
 
 
+def cpu_backend() -> str:
+    return _chosen["cpu"]
+
+
 def _as_numpy(value):
-    return value.detach().numpy() if isinstance(value, torch.Tensor) else value
+    if not isinstance(value, torch.Tensor):
+        return value
+    return value.detach().numpy() if value.requires_grad else value.numpy()
+
+
+def _numba() -> SimpleNamespace:
+    from reprodqn.universal import cpu
+
+    return _numba_kernels(cpu.threads() > 1)
 
 
 @functools.cache
-def _numba() -> SimpleNamespace:
-    """cpu.py's kernels on torch tensors: numpy views of the same memory."""
+def _numba_kernels(parallel: bool) -> SimpleNamespace:
+    """cpu.py's kernels (with numba's threads or without) on torch tensors: numpy views of
+    the same memory."""
     from reprodqn.universal import cpu
 
-    compiled = {**vars(cpu.kernels()), "gemm": cpu.gemm}
+    compiled = vars(cpu._kernels(parallel))
 
     def wrapped(kernel):
-        return lambda *args: kernel(*(_as_numpy(value) for value in args))
+        return unwatched(lambda *args: kernel(*(_as_numpy(value) for value in args)))
 
-    return SimpleNamespace(**{name: wrapped(compiled[name]) for name in KERNELS})
+    found = {name: wrapped(compiled[name]) for name in KERNELS if name != "pack"}
+    packed = unwatched(lambda b: torch.from_numpy(cpu.pack(_as_numpy(b))))
+    return SimpleNamespace(**found, pack=packed)
 
 
 @functools.cache

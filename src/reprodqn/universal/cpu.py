@@ -44,13 +44,13 @@ JIT = {"fastmath": False, "error_model": "numpy", "nogil": True, "cache": True}
 
 
 @functools.cache
-def _sums() -> dict:
+def _sums(parallel: bool) -> dict:
     """The biases and the bias gradients' sums."""
     from numba import njit, prange
 
     jit = functools.partial(njit, **JIT)
 
-    @jit(parallel=True)
+    @jit(parallel=parallel)
     def add_row_bias(out, bias):
         """out[n, m, :] += bias[m]: one rounded add (a convolution's channel bias)."""
         batch, rows, width = out.shape
@@ -77,7 +77,7 @@ def _sums() -> dict:
             for j in range(out.shape[0]):
                 out[j] = out[j] + terms[n, j]
 
-    @jit(parallel=True)
+    @jit(parallel=parallel)
     def sum_channel_major(grad, out):
         """out[c] = sum over (n, p) ascending of grad[n, c, p], from +0."""
         batch, channels, width = grad.shape
@@ -97,65 +97,76 @@ def _sums() -> dict:
 
 
 @functools.cache
-def _windows():
+def _windows(parallel: bool):
     """A convolution's windows as rows (a copy), and the input gradient from theirs."""
     from numba import njit, prange
 
     jit = functools.partial(njit, **JIT)
 
-    @jit(parallel=True)
+    # Both index flat views: numba's six-dimensional indexing costs more than the copy.
+    @jit(parallel=parallel)
     def col2im(dcols, grad_x, stride):
         """grad_x[n, c] = for (ky, kx) ascending, from +0: + dcols[n, oy, ox, c, ky, kx] at
-        the pixels that window position reads."""
+        the pixels that window position reads. A pixel's (ky, kx) ascending is its (oy, ox)
+        descending, so the window positions are visited from the last: dcols is then read
+        in order, and each pixel gets its terms in the spec's order."""
         batch, out_h, out_w, channels, kernel, _ = dcols.shape
-        for job in prange(batch * channels):
-            n = job // channels
-            c = job - n * channels
-            plane = grad_x[n, c]
-            for y in range(plane.shape[0]):
-                for x in range(plane.shape[1]):
-                    plane[y, x] = np.float32(0.0)
-            for ky in range(kernel):
-                for kx in range(kernel):
-                    for oy in range(out_h):
-                        for ox in range(out_w):
-                            y, x = oy * stride + ky, ox * stride + kx
-                            plane[y, x] = plane[y, x] + dcols[n, oy, ox, c, ky, kx]
+        height, width = grad_x.shape[2], grad_x.shape[3]
+        source, target = dcols.reshape(-1), grad_x.reshape(-1)
+        window, plane = channels * kernel * kernel, height * width
+        for n in prange(batch):
+            image = n * channels * plane
+            for i in range(channels * plane):
+                target[image + i] = np.float32(0.0)
+            for oy in range(out_h - 1, -1, -1):
+                for ox in range(out_w - 1, -1, -1):
+                    at = ((n * out_h + oy) * out_w + ox) * window
+                    corner = image + oy * stride * width + ox * stride
+                    for c in range(channels):
+                        for ky in range(kernel):
+                            row = corner + c * plane + ky * width
+                            for kx in range(kernel):
+                                target[row + kx] = target[row + kx] + source[at]
+                                at += 1
 
-    @jit(parallel=True)
+    @jit(parallel=parallel)
     def im2col(x, windows, stride):
         """windows[n, oy, ox, c, ky, kx] = x[n, c, oy*stride + ky, ox*stride + kx]: a copy."""
         batch, out_h, out_w, channels, kernel, _ = windows.shape
+        height, width = x.shape[2], x.shape[3]
+        source, target = x.reshape(-1), windows.reshape(-1)
         for job in prange(batch * out_h):
             n = job // out_h
             oy = job - n * out_h
+            at = job * out_w * channels * kernel * kernel
             for ox in range(out_w):
                 for c in range(channels):
                     for ky in range(kernel):
+                        row = ((n * channels + c) * height + oy * stride + ky) * width
+                        start = row + ox * stride
                         for kx in range(kernel):
-                            windows[n, oy, ox, c, ky, kx] = x[
-                                n, c, oy * stride + ky, ox * stride + kx
-                            ]
+                            target[at + kx] = source[start + kx]
+                        at += kernel
 
     return col2im, im2col
 
 
 @functools.cache
-def _elementwise() -> dict:
+def _elementwise(parallel: bool) -> dict:
     """The input scaling, ReLU and its gradient, and a plain fma."""
     from numba import njit, prange
 
     jit = functools.partial(njit, **JIT)
     fma = fma32()
 
-    @jit(parallel=True)
+    @jit(parallel=parallel)
     def scale_frames(frames, out):
         """out = fl32(pixel / 255), the pixel converted exactly."""
         flat_in, flat_out = frames.reshape(-1), out.reshape(-1)
         for i in prange(flat_in.size):
             flat_out[i] = np.float32(flat_in[i]) / np.float32(255.0)
 
-    @jit(parallel=True)
+    @jit(parallel=parallel)
     def relu(x, out):
         """out = x where x > 0, else +0."""
         flat_in, flat_out = x.reshape(-1), out.reshape(-1)
@@ -163,7 +174,7 @@ def _elementwise() -> dict:
             v = flat_in[i]
             flat_out[i] = v if v > np.float32(0.0) else np.float32(0.0)
 
-    @jit(parallel=True)
+    @jit(parallel=parallel)
     def relu_grad(grad, out, grad_x):
         """grad_x = grad where out > 0, else +0."""
         g, o, gx = grad.reshape(-1), out.reshape(-1), grad_x.reshape(-1)
@@ -241,86 +252,206 @@ def _optimizers() -> dict:
     }
 
 
-@functools.cache
-def kernels() -> SimpleNamespace:
-    """The compiled kernels (numba imported and compiled on first use, cached on disk),
-    with as many threads as torch was given (an evaluation worker's, say) until
-    `set_threads` says otherwise: threads change speed only."""
-    import torch
+_threads: dict[str, int] = {}  # the count `set_threads` was given; torch's until then
 
-    set_threads(torch.get_num_threads())
-    col2im, im2col = _windows()
-    return SimpleNamespace(
+
+def threads() -> int:
+    if "count" not in _threads:
+        import torch
+
+        set_threads(torch.get_num_threads())  # an evaluation worker's, say
+    return _threads["count"]
+
+
+def kernels() -> SimpleNamespace:
+    """The compiled kernels for the thread count set (numba imported and compiled on first
+    use, cached on disk). At one thread they are compiled without numba's parallel layer,
+    so no pool of threads waits, spinning, on a core another process needs; threads change
+    speed only."""
+    return _kernels(threads() > 1)
+
+
+@functools.cache
+def _kernels(parallel: bool) -> SimpleNamespace:
+    col2im, im2col = _windows(parallel)
+    found = SimpleNamespace(
         fma32=fma32(),
         col2im=col2im,
         im2col=im2col,
-        **_sums(),
-        **_elementwise(),
+        gemm=functools.partial(gemm, parallel=parallel),
+        **_sums(parallel),
+        **_elementwise(parallel),
         **_optimizers(),
     )
+    if parallel:
+        _apply_threads()  # numba may start its pool while compiling: the count set, again
+    return found
+
+
+def _block_depth(columns: int) -> int:
+    """k per block: a block of a packed panel (depth x columns floats) fills 16 KB, half of
+    the smallest L1 data cache these tiles meet, and stays there while every row block of
+    a run goes over it."""
+    return max(32, 4096 // columns)
 
 
 @functools.cache
-def _tiled():
-    """The product's driver: every (sample, column panel, row block) job one register tile
-    (tiles.py), the jobs split among numba's threads. A block or panel at the edge is
-    copied into a zero-padded tile first: its padding fills lanes no output reads. Not
-    cached on disk: it calls the tile by its address in this process."""
+def _packer(parallel: bool):
+    """Rows k0 .. k0 + size of B (K, N) as panels of the tile's width, each contiguous
+    (panels, size, width), zero past the last column: a copy that reads B row by row."""
+    from numba import njit, prange
+
+    columns = tiles.tile().columns
+
+    @njit(parallel=parallel, fastmath=False, error_model="numpy", nogil=True)
+    def pack_rows(b, k0, size, packed):
+        width = b.shape[1]
+        whole = width // columns
+        for kk in prange(size):
+            row = b[k0 + kk]
+            for panel in range(whole):
+                target, start = packed[panel, kk], panel * columns
+                for lane in range(columns):
+                    target[lane] = row[start + lane]
+            if whole < packed.shape[0]:
+                target = packed[whole, kk]
+                for lane in range(columns):
+                    j = whole * columns + lane
+                    target[lane] = row[j] if j < width else np.float32(0.0)
+
+    return pack_rows
+
+
+def pack(b: np.ndarray) -> np.ndarray:
+    """B's panels (S, panels, K, tile width) for gemm: a layer keeps its weights' until they
+    change, so acting does not copy them at every step."""
+    columns = tiles.tile().columns
+    samples, depth, width = b.shape
+    packed = np.empty((samples, (width + columns - 1) // columns, depth, columns), np.float32)
+    for n in range(samples):
+        if b[n].strides[0] == 4 and b[n].strides[1] > 4:  # a transposed view: read as it lies
+            _transposed_packer()(b[n].T, packed[n])
+        else:
+            _packer(threads() > 1)(np.ascontiguousarray(b[n]), 0, depth, packed[n])
+    return packed
+
+
+@functools.cache
+def _transposed_packer():
+    """pack(W^T) read from W (N, K) itself: each panel's rows of W side by side, in k
+    order, rather than a transposed copy of W first (5 ms for fc1 at every update)."""
+    from numba import njit
+
+    columns = tiles.tile().columns
+
+    @njit(fastmath=False, error_model="numpy", nogil=True)
+    def pack_transposed(w, packed):
+        width, depth = w.shape
+        for panel in range(packed.shape[0]):
+            target, first = packed[panel], panel * columns
+            lanes = min(columns, width - first)
+            for k in range(depth):  # sixteen (or 32) rows of W read side by side
+                for lane in range(lanes):
+                    target[k, lane] = w[first + lane, k]
+                for lane in range(lanes, columns):
+                    target[k, lane] = np.float32(0.0)
+
+    return pack_transposed
+
+
+@functools.cache
+def _driver(parallel: bool):
+    """The product's driver, in the order of Goto and van de Geijn's GEMM: for each block of
+    k ascending, B's rows in that block are packed into panels of the tile's width (read
+    row by row, they then sit in the cache), and every (sample, panel, run of row blocks)
+    job runs its tiles over its panel, carrying on from where the last block of k left C.
+    So each output is one chain over k ascending from +0 however k is cut, and jobs split
+    outputs, never a sum. B already packed (`pack`) is read as it is. Not cached on disk:
+    it calls the tiles by their address in this process."""
     from numba import njit, prange
 
     kernel = tiles.tile()
-    call, tile_rows, tile_columns = kernel.function, kernel.rows, kernel.columns
+    tile_1, tile_2, tile_3, tile_4, tile_5, tile_6 = kernel.functions
+    tile_rows, tile_columns = kernel.rows, kernel.columns
+    run_rows = tile_rows * 16  # rows per job: enough jobs for the threads at batch 1
+    pack_rows = _packer(parallel)
 
-    @njit(parallel=True, fastmath=False, error_model="numpy", nogil=True)
-    def tiled(a, b, out):
-        batch, rows, width = out.shape
+    @njit(parallel=parallel, fastmath=False, error_model="numpy", nogil=True)
+    def tiled(a, b, prepacked, c, block_depth):
+        batch, rows, width = c.shape  # width: whole panels
         depth = a.shape[2]
-        blocks = (rows + tile_rows - 1) // tile_rows
-        panels = (width + tile_columns - 1) // tile_columns
-        for job in prange(batch * panels * blocks):
-            n = job // (panels * blocks)
-            panel = (job - n * panels * blocks) // blocks
-            m = (job - n * panels * blocks - panel * blocks) * tile_rows
-            j = panel * tile_columns
-            a_n = a[n if a.shape[0] > 1 else 0]
-            b_n = b[n if b.shape[0] > 1 else 0]
-            block_rows = min(tile_rows, rows - m)
-            panel_columns = min(tile_columns, width - j)
-            if block_rows == tile_rows and panel_columns == tile_columns:
-                call(
-                    a_n[m:].ctypes.data,
-                    depth,
-                    b_n[:, j:].ctypes.data,
-                    width,
-                    out[n, m:, j:].ctypes.data,
-                    width,
-                    depth,
-                )
-                continue
-            a_at, a_step = a_n[m:].ctypes.data, depth
-            if block_rows < tile_rows:  # only the edge is copied, padded with zero rows
-                a_tile = np.zeros((tile_rows, depth), np.float32)
-                a_tile[:block_rows] = a_n[m : m + block_rows]
-                a_at = a_tile.ctypes.data
-            b_at, b_step = b_n[:, j:].ctypes.data, width
-            if panel_columns < tile_columns:
-                b_tile = np.zeros((depth, tile_columns), np.float32)
-                b_tile[:, :panel_columns] = b_n[:, j : j + panel_columns]
-                b_at, b_step = b_tile.ctypes.data, tile_columns
-            c_tile = np.empty((tile_rows, tile_columns), np.float32)
-            call(a_at, a_step, b_at, b_step, c_tile.ctypes.data, tile_columns, depth)
-            out[n, m : m + block_rows, j : j + panel_columns] = c_tile[:block_rows, :panel_columns]
+        panels = width // tile_columns
+        runs = (rows + run_rows - 1) // run_rows
+        samples = max(b.shape[0], prepacked.shape[0])
+        per_b = batch if samples == 1 else 1  # the samples each B serves
+        buffer = np.empty((panels if b.shape[0] else 0, block_depth, tile_columns), np.float32)
+        for nb in range(samples):
+            for k in range(0, depth, block_depth):
+                size = min(block_depth, depth - k)
+                if b.shape[0]:
+                    pack_rows(b[nb], k, size, buffer)
+                load = 1 if k > 0 else 0
+                for job in prange(per_b * panels * runs):
+                    n = nb if samples > 1 else job // (panels * runs)
+                    panel = (job // runs) % panels
+                    first = (job % runs) * run_rows
+                    last = min(rows, first + run_rows)
+                    a_n = a[n if a.shape[0] > 1 else 0]
+                    if b.shape[0]:
+                        b_at = buffer[panel].ctypes.data
+                    else:
+                        b_at = prepacked[nb, panel, k:].ctypes.data
+                    c_at = c[n, first:, panel * tile_columns :].ctypes.data
+                    for m in range(first, last, tile_rows):
+                        r = min(tile_rows, last - m)
+                        a_at = a_n[m:, k:].ctypes.data
+                        c_m = c_at + (m - first) * width * 4
+                        if r == 6:
+                            tile_6(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+                        elif r == 5:
+                            tile_5(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+                        elif r == 4:
+                            tile_4(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+                        elif r == 3:
+                            tile_3(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+                        elif r == 2:
+                            tile_2(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+                        else:
+                            tile_1(a_at, depth, b_at, tile_columns, c_m, width, size, load)
 
     return tiled
 
 
-def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+def gemm(
+    a: np.ndarray,
+    b: np.ndarray,
+    out: np.ndarray,
+    parallel: bool | None = None,
+    block_depth: int | None = None,
+) -> None:
     """out[n] = a[n or 0] @ b[n or 0], each output one fma chain over k ascending from +0
-    (reference.chain). a (A, M, K), b (B, K, N), out (max(A, B), M, N), float32, C order."""
+    (reference.chain). a (A, M, K), b (B, K, N) or its panels from `pack` (B, panels, K,
+    tile width), out (max(A, B), M, N), float32. `block_depth` (k per block) changes speed
+    only; a test sets it."""
     if a.shape[2] == 0:
         out[...] = 0
         return
-    _tiled()(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
+    if parallel is None:
+        parallel = threads() > 1
+    columns = tiles.tile().columns
+    width = out.shape[2]
+    whole = width % columns == 0 and out.flags.c_contiguous
+    c = out if whole else np.empty((*out.shape[:2], -(-width // columns) * columns), np.float32)
+    none = np.empty((0, 0, 0, 0), np.float32)
+    if b.ndim == 4:
+        operands = (np.empty((0, 0, 0), np.float32), b)
+        depth = block_depth or a.shape[2]  # packed whole: no reason to cut k
+    else:
+        operands = (b if b.strides[2] == 4 else np.ascontiguousarray(b), none)
+        depth = block_depth or _block_depth(columns)
+    _driver(parallel)(np.ascontiguousarray(a), *operands, c, depth)
+    if not whole:
+        out[...] = c[:, :, :width]
 
 
 def denormals_kept() -> bool:
@@ -334,7 +465,8 @@ def denormals_kept() -> bool:
 
 def configure(threads: int) -> dict:
     """Set up the backend and say what it is: numba's threads (which split outputs, never
-    a sum) and a check that denormals are kept; the record for the run's conditions."""
+    a sum; at one, no thread pool at all) and a check that denormals are kept; the record
+    for the run's conditions."""
     import numba
 
     from reprodqn.universal.errors import NumericsError
@@ -351,8 +483,17 @@ def configure(threads: int) -> dict:
     return {**universal_record("universal"), "universal_backend": backend}
 
 
-def set_threads(threads: int) -> None:
-    """Threads split outputs, never a sum: the count changes speed only."""
+def set_threads(count: int) -> None:
+    """Threads split outputs, never a sum: the count changes speed only. One thread runs
+    the kernels compiled without numba's parallel layer."""
     import numba
 
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
+    _threads["count"] = max(1, min(count, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+    if _threads["count"] > 1:
+        _apply_threads()
+
+
+def _apply_threads() -> None:
+    import numba
+
+    numba.set_num_threads(_threads["count"])

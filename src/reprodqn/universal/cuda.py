@@ -65,6 +65,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
             R=ROWS, C=COLUMNS)  # fmt: skip
 
 
+def pack(b: torch.Tensor) -> torch.Tensor:
+    """B as gemm reads it best: as it is on a GPU (the CPU packs panels: cpu.pack)."""
+    return b.contiguous()
+
+
 def add_column_bias(out: torch.Tensor, bias: torch.Tensor) -> None:
     _launch(_kernels().add_column_bias, _blocks(out.numel()), out, bias, out.numel(),
             out.shape[-1], B=BLOCK)  # fmt: skip

@@ -18,6 +18,7 @@ from torch import nn
 
 from reprodqn.universal.backend import checked, host, kernels_for, operand
 from reprodqn.universal.errors import NumericsError
+from reprodqn.universal.guard import unwatched
 from reprodqn.universal.reference import add_sequence
 
 f32 = np.float32
@@ -39,13 +40,14 @@ class _Conv2dFunction(torch.autograd.Function):
     gradient dy^T[n] W (a chain over oc), summed onto the input by col2im."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, stride: int):
+    @unwatched
+    def forward(ctx, x, weight, bias, stride: int, packed_t):
         k = kernels_for(x)
         xs, w = operand(x, "conv2d input"), operand(weight, "conv2d weight")
         out_c, _, kernel, _ = w.shape
         windows = _im2col(k, xs, kernel, stride)  # (B, P, KC)
         out = xs.new_empty((xs.shape[0], windows.shape[1], out_c))
-        k.gemm(windows, w.view(out_c, -1).t().contiguous()[None], out)
+        k.gemm(windows, packed_t, out)
         if bias is not None:
             k.add_column_bias(out.view(-1, out_c), operand(bias, "conv2d bias"))
         ctx.save_for_backward(weight)
@@ -55,6 +57,7 @@ class _Conv2dFunction(torch.autograd.Function):
         return checked(channels_first.view(xs.shape[0], out_c, side, -1), "conv2d")
 
     @staticmethod
+    @unwatched
     def backward(ctx, grad_out):
         k = kernels_for(grad_out)
         (weight,) = ctx.saved_tensors
@@ -79,16 +82,18 @@ class _Conv2dFunction(torch.autograd.Function):
             checked(grad_w.view(w.shape), "conv2d weight gradient"),
             checked(grad_b, "conv2d bias gradient"),
             None,
+            None,
         )
 
 
 class _LinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, transposed):
+    @unwatched
+    def forward(ctx, x, weight, bias, packed_t):
         k = kernels_for(x)
         xs, w = operand(x, "linear input"), operand(weight, "linear weight")
         out = xs.new_empty((1, xs.shape[0], w.shape[0]))
-        k.gemm(xs[None], transposed[None], out)
+        k.gemm(xs[None], packed_t, out)
         out = out[0]
         if bias is not None:
             k.add_column_bias(out, operand(bias, "linear bias"))
@@ -96,6 +101,7 @@ class _LinearFunction(torch.autograd.Function):
         return checked(out, "linear")
 
     @staticmethod
+    @unwatched
     def backward(ctx, grad_out):
         k = kernels_for(grad_out)
         x, weight = ctx.saved_tensors
@@ -123,6 +129,7 @@ class _LinearFunction(torch.autograd.Function):
 
 class _ReLUFunction(torch.autograd.Function):
     @staticmethod
+    @unwatched
     def forward(ctx, x):
         xs = operand(x, "relu input")
         out = torch.empty_like(xs)
@@ -131,6 +138,7 @@ class _ReLUFunction(torch.autograd.Function):
         return out
 
     @staticmethod
+    @unwatched
     def backward(ctx, grad_out):
         (out,) = ctx.saved_tensors
         grad = operand(grad_out, "relu gradient")
@@ -144,10 +152,12 @@ class _ForkFunction(torch.autograd.Function):
     autograd would add them with its own kernel (a tensor read by two layers)."""
 
     @staticmethod
+    @unwatched
     def forward(ctx, x):
         return x.clone(), x.clone()
 
     @staticmethod
+    @unwatched
     def backward(ctx, first, second):
         a, b = operand(first, "fork gradient"), operand(second, "fork gradient")
         out = torch.empty_like(a)
@@ -167,14 +177,15 @@ class _DuelingFunction(torch.autograd.Function):
     Gradients: dv = the row's g summed in column order from +0; da = fl(g - fl(dv / A))."""
 
     @staticmethod
+    @unwatched
     def forward(ctx, value, advantage):
         v, a = host(value, "dueling value"), host(advantage, "dueling advantage")
-        total = add_sequence(a, axis=1)
-        q = v.reshape(-1, 1) + (a - (total / f32(a.shape[1]))[:, None])
+        q = dueling_values(v, a)
         ctx.shapes, ctx.device = (value.shape, a.shape), advantage.device
         return checked(torch.from_numpy(q).to(advantage.device), "dueling head")
 
     @staticmethod
+    @unwatched
     def backward(ctx, grad_q):
         g = host(grad_q, "dueling gradient")
         grad_v = add_sequence(g, axis=1)
@@ -186,10 +197,30 @@ class _DuelingFunction(torch.autograd.Function):
         )
 
 
+def dueling_values(v: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Q = fl(v + fl(a - m)), m = fl(the row's advantages summed in column order / A)."""
+    total = add_sequence(a, axis=1)
+    return v.reshape(-1, 1) + (a - (total / f32(a.shape[1]))[:, None])
+
+
 def dueling(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
     """Wang et al.'s head: Q(s, a) = V(s) + A(s, a) - mean_a' A(s, a'), in the spec's order
     (a minibatch's few values, on the host)."""
     return _DuelingFunction.apply(value, advantage)
+
+
+def packed_transpose(layer: nn.Module) -> torch.Tensor:
+    """W^T (inputs by outputs) as the backend's gemm reads it (cpu.pack's panels), kept on
+    the layer until the weight's version changes (an optimizer step or a load bumps it:
+    universal.optim does), so acting does not copy the weights at every step."""
+    weight = layer.weight
+    key = (weight._version, weight.data_ptr(), weight.device)
+    kept = layer.__dict__.get("_packed_t")
+    if kept is None or kept[0] != key:
+        w = operand(weight, f"{type(layer).__name__} weight")
+        kept = (key, kernels_for(w).pack(w.view(w.shape[0], -1).t()[None]))
+        layer.__dict__["_packed_t"] = kept
+    return kept[1]
 
 
 class Conv2d(nn.Conv2d):
@@ -197,22 +228,17 @@ class Conv2d(nn.Conv2d):
     kernels."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _Conv2dFunction.apply(x, self.weight, self.bias, self.stride[0])
+        check_layer(self)  # here too: weights loaded from anywhere, settings set after init
+        return _Conv2dFunction.apply(
+            x, self.weight, self.bias, self.stride[0], packed_transpose(self)
+        )
 
 
 class Linear(nn.Linear):
-    """nn.Linear on the universal kernels. The forward multiplies by W's transpose, whose
-    copy is kept until the weight's version changes (an optimizer step or a load bumps it:
-    universal.optim does), so acting does not copy fc1's 6 MB at every step."""
-
-    _transposed: tuple[tuple[int, int], torch.Tensor] | None = None
+    """nn.Linear on the universal kernels."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        key = (self.weight._version, self.weight.data_ptr())
-        if self._transposed is None or self._transposed[0] != key:
-            weight = operand(self.weight, "linear weight")
-            self._transposed = (key, weight.t().contiguous())
-        return _LinearFunction.apply(x, self.weight, self.bias, self._transposed[1])
+        return _LinearFunction.apply(x, self.weight, self.bias, packed_transpose(self))
 
 
 class ReLU(nn.Module):
@@ -230,22 +256,31 @@ def scale_frames(frames: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def check_layer(layer: nn.Conv2d, name: str = "") -> None:
+    """Refuse, in one line naming it, a convolution the universal kernels do not compute."""
+    label = name or type(layer).__name__
+    if not isinstance(layer, Conv2d):
+        raise NumericsError(f"compute.numerics universal: {label} is torch's {type(layer)}")
+    if (
+        layer.padding != (0, 0)
+        or layer.dilation != (1, 1)
+        or layer.groups != 1
+        or layer.stride[0] != layer.stride[1]
+        or layer.kernel_size[0] != layer.kernel_size[1]
+        or layer.padding_mode != "zeros"
+    ):
+        raise NumericsError(
+            f"compute.numerics universal: {label} (kernel {layer.kernel_size}, stride "
+            f"{layer.stride}, padding {layer.padding}, dilation {layer.dilation}, groups "
+            f"{layer.groups}) needs a square kernel and stride, no padding, dilation or groups"
+        )
+
+
 def check_supported(module: nn.Module) -> None:
     """Refuse, in one line naming it, a layer the universal mode does not compute."""
     for name, layer in module.named_modules():
-        if isinstance(layer, nn.Conv2d) and not isinstance(layer, Conv2d):
-            raise NumericsError(f"compute.numerics universal: {name} is torch's {type(layer)}")
-        if isinstance(layer, Conv2d) and (
-            layer.padding != (0, 0)
-            or layer.dilation != (1, 1)
-            or layer.groups != 1
-            or layer.stride[0] != layer.stride[1]
-            or layer.kernel_size[0] != layer.kernel_size[1]
-        ):
-            raise NumericsError(
-                f"compute.numerics universal: {name} needs a square kernel and stride, "
-                "no padding, dilation or groups"
-            )
+        if isinstance(layer, nn.Conv2d):
+            check_layer(layer, name)
 
 
 def init_uniform_(tensor: torch.Tensor, fan_in: int, generator: torch.Generator) -> None:

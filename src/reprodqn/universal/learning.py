@@ -12,6 +12,7 @@ import torch
 
 from reprodqn.universal.backend import checked, host
 from reprodqn.universal.errors import NumericsError
+from reprodqn.universal.guard import unwatched
 from reprodqn.universal.reference import add_sequence
 
 f32, f64 = np.float32, np.float64
@@ -62,6 +63,7 @@ class _LossFunction(torch.autograd.Function):
     sample's term and its gradient are fl(w x) first (prioritized replay)."""
 
     @staticmethod
+    @unwatched
     def forward(ctx, values, actions, targets, loss: str, reduction: str, weights=None):
         rows = host(values, "predictions")
         picked = None if actions is None else _numpy(actions)
@@ -86,6 +88,7 @@ class _LossFunction(torch.autograd.Function):
         return checked(torch.tensor(total, dtype=torch.float32), f"{loss} loss").to(values.device)
 
     @staticmethod
+    @unwatched
     def backward(ctx, grad_out):
         if float(grad_out) != 1.0:
             raise NumericsError("compute.numerics universal: the loss must be the last op")

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from reprodqn.universal.backend import checked, kernels_for
+from reprodqn.universal.guard import unwatched
 from reprodqn.universal.reference import add_sequence
 
 f32 = np.float32
@@ -29,6 +30,7 @@ class _Universal(torch.optim.Optimizer):
     buffers: tuple[str, ...] = ()
 
     @torch.no_grad()
+    @unwatched
     def step(self, closure=None):
         for group in self.param_groups:
             for param in group["params"]:

@@ -16,6 +16,7 @@ import torch
 
 from reprodqn.universal.backend import checked, host
 from reprodqn.universal.errors import NumericsError
+from reprodqn.universal.guard import unwatched
 from reprodqn.universal.reference import add_sequence, fma32
 from reprodqn.universal.rounding import exp32, log32
 
@@ -76,6 +77,7 @@ class _PPOLoss(torch.autograd.Function):
     logits by the log-softmax's g - p sum(g): fma(-p, G, g), G summed in column order."""
 
     @staticmethod
+    @unwatched
     def forward(ctx, logits, values, actions, old_log_probs, advantages, returns, coefs):
         clip, value_coef, entropy_coef = (f32(c) for c in coefs)
         lp = log_softmax(host(logits, "policy logits"))
@@ -99,6 +101,7 @@ class _PPOLoss(torch.autograd.Function):
         return checked(torch.tensor(loss, dtype=torch.float32), "PPO loss").to(logits.device)
 
     @staticmethod
+    @unwatched
     def backward(ctx, grad_out):
         if float(grad_out) != 1.0:
             raise NumericsError("compute.numerics universal: the PPO loss must be the last op")

@@ -1,13 +1,16 @@
-"""The universal product's register tile: LLVM IR with explicit vectors, compiled by llvmlite
+"""The universal product's register tiles: LLVM IR with explicit vectors, compiled by llvmlite
 (numba's own LLVM) for this CPU at first use.
 
-A tile is MR rows by V vectors of W lanes of C, each lane one output: for k ascending from
-+0, acc = llvm.fma(splat(A[r, k]), B[k, lanes], acc), held in registers for the whole k loop.
-A vector fma is W independent correctly rounded fmas, so a lane computes exactly the
-reference's chain whatever W is: 16 with AVX-512, 8 with AVX, 4 elsewhere (SSE, NEON),
-and where the CPU has no fma LLVM calls libm's fmaf per lane. Written as IR by hand
-because numba's loops keep the accumulators in memory (one load and store per fma: a
-tenth of the CPU's speed) and LLVM's vectorizer will not build this tile from scalar code.
+A tile is R rows (1 to ROWS) by V vectors of W lanes of C, each lane one output: for k
+ascending, acc = llvm.fma(splat(A[r, k]), B[k, lanes], acc), held in registers for the whole
+k loop. It starts from +0, or from C as a previous call left it (`load`): so a long sum can
+be cut into blocks of k, each a call that carries on where the last stopped, and the chain
+is the same. B's rows are read a tile's width at a time, `ldb` apart. A vector
+fma is W independent correctly rounded fmas, so a lane computes exactly the reference's
+chain whatever W is: 16 with AVX-512, 8 with AVX, 4 elsewhere (SSE, NEON), and where the
+CPU has no fma LLVM calls libm's fmaf per lane. Written as IR by hand because numba's loops
+keep the accumulators in memory (one load and store per fma: a tenth of the CPU's speed)
+and LLVM's vectorizer will not build this tile from scalar code.
 """
 
 from __future__ import annotations
@@ -22,28 +25,44 @@ ROWS, VECTORS = 6, 2  # 12 accumulators: within AVX2's 16 registers and NEON's 3
 
 @dataclass(frozen=True)
 class Tile:
-    function: Callable[..., None]  # tile(a, lda, b, ldb, c, ldc, depth), depth >= 1
+    # functions[r - 1](a, lda, b, ldb, c, ldc, depth, load): r rows, depth >= 1
+    functions: tuple[Callable[..., None], ...]
     rows: int
     columns: int
     lanes: int
     cpu: str
-    engine: object  # the compiled code lives as long as the tile
+    engine: object  # the compiled code lives as long as the tiles
 
 
 def _ir(rows: int, vectors: int, lanes: int) -> str:
+    """One tile function, @tile_<rows>."""
     vt = f"<{lanes} x float>"
     fma = f"@llvm.fma.v{lanes}f32"
     acc = [(r, v) for r in range(rows) for v in range(vectors)]
+
+    def c_pointer(r: int, v: int) -> list[str]:
+        return [
+            f"  %cr{r}_{v} = mul i64 {r}, %ldc",
+            f"  %co{r}_{v} = add i64 %cr{r}_{v}, {v * lanes}",
+            f"  %cp{r}_{v} = getelementptr float, float* %c, i64 %co{r}_{v}",
+            f"  %cvp{r}_{v} = bitcast float* %cp{r}_{v} to {vt}*",
+        ]
+
     lines = [
-        f"declare {vt} {fma}({vt}, {vt}, {vt})",
-        "define void @tile(float* noalias %a, i64 %lda, float* noalias %b, i64 %ldb,"
-        " float* noalias %c, i64 %ldc, i64 %depth) {",
+        f"define void @tile_{rows}(float* noalias %a, i64 %lda, float* noalias %b, i64 %ldb,"
+        " float* noalias %c, i64 %ldc, i64 %depth, i64 %load) {",
         "entry:",
+        *(line for r, v in acc for line in c_pointer(r, v)),
+        "  %from_c = icmp ne i64 %load, 0",
+        "  br i1 %from_c, label %resume, label %loop",
+        "resume:",
+        *(f"  %c{r}_{v} = load {vt}, {vt}* %cvp{r}_{v}, align 4" for r, v in acc),
         "  br label %loop",
         "loop:",
-        "  %k = phi i64 [0, %entry], [%next, %loop]",
+        "  %k = phi i64 [0, %entry], [0, %resume], [%next, %loop]",
         *(
-            f"  %acc{r}_{v} = phi {vt} [zeroinitializer, %entry], [%fma{r}_{v}, %loop]"
+            f"  %acc{r}_{v} = phi {vt} [zeroinitializer, %entry], [%c{r}_{v}, %resume],"
+            f" [%fma{r}_{v}, %loop]"
             for r, v in acc
         ),
         "  %brow = mul i64 %k, %ldb",
@@ -73,16 +92,17 @@ def _ir(rows: int, vectors: int, lanes: int) -> str:
         "  %more = icmp ult i64 %next, %depth",
         "  br i1 %more, label %loop, label %store",
         "store:",
+        *(f"  store {vt} %fma{r}_{v}, {vt}* %cvp{r}_{v}, align 4" for r, v in acc),
+        "  ret void",
+        "}",
     ]
-    for r, v in acc:
-        lines += [
-            f"  %cr{r}_{v} = mul i64 {r}, %ldc",
-            f"  %co{r}_{v} = add i64 %cr{r}_{v}, {v * lanes}",
-            f"  %cp{r}_{v} = getelementptr float, float* %c, i64 %co{r}_{v}",
-            f"  %cvp{r}_{v} = bitcast float* %cp{r}_{v} to {vt}*",
-            f"  store {vt} %fma{r}_{v}, {vt}* %cvp{r}_{v}, align 4",
-        ]
-    return "\n".join([*lines, "  ret void", "}"])
+    return "\n".join(lines)
+
+
+def _module(rows: int, vectors: int, lanes: int) -> str:
+    vt = f"<{lanes} x float>"
+    declare = f"declare {vt} @llvm.fma.v{lanes}f32({vt}, {vt}, {vt})"
+    return "\n\n".join([declare, *(_ir(r, vectors, lanes) for r in range(1, rows + 1))])
 
 
 def _target() -> tuple[str, str, int]:
@@ -109,19 +129,22 @@ AVX_CPUS = {"sandybridge", "ivybridge", "haswell", "broadwell", "skylake", "alde
 
 @functools.cache
 def tile() -> Tile:
-    """The tile compiled for this CPU (its name and features as LLVM reads them)."""
+    """The tiles compiled for this CPU (its name and features as LLVM reads them)."""
     import llvmlite.binding as llvm
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     name, features, lanes = _target()
-    module = llvm.parse_assembly(_ir(ROWS, VECTORS, lanes))
+    module = llvm.parse_assembly(_module(ROWS, VECTORS, lanes))
     module.verify()
     machine = llvm.Target.from_default_triple().create_target_machine(
         cpu=name, features=features, opt=3
     )
     engine = llvm.create_mcjit_compiler(module, machine)
     engine.finalize_object()
-    signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p, ctypes.c_int64] * 3, ctypes.c_int64)
-    function = signature(engine.get_function_address("tile"))
-    return Tile(function, ROWS, VECTORS * lanes, lanes, name, engine)
+    pointer, count = ctypes.c_void_p, ctypes.c_int64
+    signature = ctypes.CFUNCTYPE(None, *[pointer, count] * 3, count, count)
+    functions = tuple(
+        signature(engine.get_function_address(f"tile_{rows}")) for rows in range(1, ROWS + 1)
+    )
+    return Tile(functions, ROWS, VECTORS * lanes, lanes, name, engine)
