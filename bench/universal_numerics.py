@@ -2,18 +2,22 @@
 an update every 4 agent steps, epsilon annealed, the emulator included) in the standard
 mode and in the universal mode, each a `reprodqn train` process at 1 thread, alternating
 round by round so a drift in machine speed hits both alike; then the batched evaluation
-forward (16 states, the protocol's chunk) in this process. Prints each mode's agent steps
-per second (the median after annealing, from process.jsonl) and, last,
-`ratio X.XX`: universal / standard. `--device cuda` runs both on a GPU (the universal
-mode's Triton kernels against cuDNN and cuBLAS), the evaluation forward synchronised.
+forward (16 states, the protocol's chunk) and the greedy action's (1 state) in this
+process. Prints each mode's agent steps per second (the median after annealing, from
+process.jsonl) and, last, `ratio X.XX`: universal / standard. `--contended` runs it all
+again beside one busy process per core (started and stopped here), as on a machine shared
+with other jobs. `--device cuda` runs both on a GPU (the universal mode's Triton kernels
+against cuDNN and cuBLAS), the evaluation forward synchronised.
 
-    .venv/bin/python bench/universal_numerics.py [--rounds 2] [--steps 2400] [--device cpu]
+    .venv/bin/python bench/universal_numerics.py [--rounds 2] [--steps 2400] [--contended]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -67,8 +71,8 @@ def loop_rate(mode: str, steps: int, device: str = "cpu") -> float:
     return statistics.median(annealed)
 
 
-def forward_rate(numerics: str, device: str = "cpu", rounds: int = 20) -> float:
-    """Batched evaluation forwards (16 states) per second."""
+def forward_rate(numerics: str, device: str = "cpu", batch: int = 16, rounds: int = 20) -> float:
+    """Forwards of `batch` states per second, no gradient (as evaluation and acting)."""
     import numpy as np
     import torch
 
@@ -77,7 +81,7 @@ def forward_rate(numerics: str, device: str = "cpu", rounds: int = 20) -> float:
     torch.set_num_threads(1)
     net = build_q_network("nature", 4, 4, 84, torch.Generator().manual_seed(1), numerics=numerics)
     net = net.to(device)
-    pixels = np.random.default_rng(0).integers(0, 256, (16, 4, 84, 84), np.uint8)
+    pixels = np.random.default_rng(0).integers(0, 256, (batch, 4, 84, 84), np.uint8)
     states = torch.from_numpy(pixels).to(device)
     with torch.inference_mode():
         net(states)
@@ -91,29 +95,57 @@ def forward_rate(numerics: str, device: str = "cpu", rounds: int = 20) -> float:
     return rounds / (time.perf_counter() - started)
 
 
+def _spin() -> None:
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def busy_cores(contended: bool):
+    """One process spinning on each core while the block runs (nothing when not contended)."""
+    spinners = [
+        multiprocessing.Process(target=_spin, daemon=True) for _ in range(os.cpu_count() or 1)
+    ]
+    if contended:
+        for spinner in spinners:
+            spinner.start()
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            if spinner.is_alive():
+                spinner.terminate()
+                spinner.join()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=2400)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--contended", action="store_true", help="beside a busy process per core")
     args = parser.parse_args()
+    state = f"{os.cpu_count()} busy processes beside it" if args.contended else "quiet"
     rates: dict[str, list[float]] = {mode: [] for mode in MODES}
-    for round_ in range(args.rounds):
-        for mode in MODES:
-            rates[mode].append(loop_rate(mode, args.steps, args.device))
-            print(f"round {round_ + 1}: {mode} {rates[mode][-1]:.1f} agent steps/s", flush=True)
-    from reprodqn.universal import cpu
+    with busy_cores(args.contended):
+        for round_ in range(args.rounds):
+            for mode in MODES if round_ % 2 == 0 else reversed(MODES):
+                rates[mode].append(loop_rate(mode, args.steps, args.device))
+                print(f"round {round_ + 1}: {mode} {rates[mode][-1]:.1f} agent steps/s", flush=True)
+        from reprodqn.universal import cpu
 
-    cpu.set_threads(1)
-    forward = {mode: forward_rate(mode, args.device) for mode in MODES}
-    print(
-        f"evaluation forward (16 states): standard {forward['standard']:.1f}/s, universal "
-        f"{forward['universal']:.1f}/s, ratio {forward['universal'] / forward['standard']:.2f}"
-    )
+        cpu.set_threads(1)
+        for batch, name in ((16, "evaluation forward (16 states)"), (1, "greedy action (1 state)")):
+            forward = {mode: forward_rate(mode, args.device, batch) for mode in MODES}
+            print(
+                f"{name}: standard {forward['standard']:.1f}/s, universal "
+                f"{forward['universal']:.1f}/s, ratio "
+                f"{forward['universal'] / forward['standard']:.2f}"
+            )
     standard, universal = (statistics.median(rates[m]) for m in MODES)
     print(
         f"training loop after annealing: standard {standard:.1f}, universal {universal:.1f} "
-        f"agent steps/s (1 thread, {args.device})"
+        f"agent steps/s (1 thread, {args.device}, {state})"
     )
     print(f"ratio {universal / standard:.2f}")
 

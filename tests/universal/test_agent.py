@@ -5,6 +5,7 @@ maximum, ties going to the first action; and a universal Double DQN trains to on
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from reprodqn.config.params import load_params
@@ -53,3 +54,23 @@ def test_a_universal_double_dqn_with_adam_trains_twice_to_one_chain(tmp_path):
     assert first == train_tiny(params, tmp_path / "b")
     assert all(line["numerics"] == "universal" for line in first)
     assert first[-1]["updates"] > 0
+
+
+@pytest.mark.parametrize("dueling", [False, True])
+def test_a_forward_without_gradient_is_the_layers_forward_at_every_batch_size(dueling):
+    """Acting, evaluation and the TD target run straight on the kernels (universal.host):
+    the same bits as the layers' autograd path, and a state's Q-values the same whatever
+    else shares its batch (every output its own chain)."""
+    from reprodqn.dqn.network import build_q_network
+    from reprodqn.universal import host
+
+    net = build_q_network("nature", 4, 4, 84, torch.Generator().manual_seed(3), dueling,
+                          numerics="universal")  # fmt: skip
+    frames = torch.from_numpy(np.random.default_rng(4).integers(0, 256, (5, 4, 84, 84), np.uint8))
+    with_grad = net(frames).detach().numpy()
+    with torch.inference_mode():
+        assert host.applies(frames)
+        together = net(frames).numpy()
+        alone = np.concatenate([net(frames[i : i + 1]).numpy() for i in range(5)])
+    assert np.array_equal(together.view(np.uint32), with_grad.view(np.uint32))
+    assert np.array_equal(alone.view(np.uint32), together.view(np.uint32))

@@ -92,6 +92,42 @@ def test_one_thread_runs_no_thread_pool():
     assert cpu.kernels() is cpu._kernels(False)
 
 
+@pytest.mark.parametrize("kernel, stride, side", [(3, 2, 11), (4, 1, 9), (8, 4, 20)])
+def test_windows_read_in_place_are_im2cols_copy(kernel, stride, side):
+    """A convolution's windows gathered from its input (the forward's A, the weight
+    gradient's B, k cut into blocks) give the products of im2col's copy, bit for bit."""
+    rng = np.random.default_rng(kernel * side)
+    x = rng.standard_normal((3, 5, side, side)).astype(f32)
+    out_side = (side - kernel) // stride + 1
+    copied = np.empty((3, out_side, out_side, 5, kernel, kernel), f32)
+    cpu.kernels().im2col(x, copied, stride)
+    copied = copied.reshape(3, out_side * out_side, -1)
+    windows = cpu.windows(x, kernel, stride)
+    weights = rng.standard_normal((1, copied.shape[2], 7)).astype(f32)
+    ours, theirs = (np.empty((3, copied.shape[1], 7), f32) for _ in range(2))
+    cpu.gemm(windows, weights, ours, block_depth=32)
+    cpu.gemm(copied, weights, theirs)
+    assert same(ours, theirs)
+    assert same(theirs[1], ref.chain(copied[1], weights[0]))
+    dy = rng.standard_normal((1, 7, 3 * copied.shape[1])).astype(f32)
+    ours_w, theirs_w = (np.empty((1, 7, copied.shape[2]), f32) for _ in range(2))
+    cpu.gemm(dy, cpu.window_rows(windows), ours_w, block_depth=33)
+    cpu.gemm(dy, copied.reshape(1, -1, copied.shape[2]), theirs_w)
+    assert same(ours_w, theirs_w)
+
+
+def test_packed_weights_give_the_products_of_the_weights():
+    """pack's panels (from a matrix, or from W itself for W^T) are only another layout."""
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((2, 5, 70)).astype(f32)
+    w = rng.standard_normal((37, 70)).astype(f32)
+    ours, theirs = (np.empty((2, 5, 37), f32) for _ in range(2))
+    cpu.gemm(a, cpu.pack(w.T[None]), ours)
+    cpu.gemm(a, np.ascontiguousarray(w.T)[None], theirs)
+    assert same(ours, theirs)
+    assert same(cpu.pack(w.T[None]), cpu.pack(np.ascontiguousarray(w.T)[None]))
+
+
 def test_gemm_order_matters():
     """The chain's order is what the test pins: a sum in another order differs here."""
     rng = np.random.default_rng(3)

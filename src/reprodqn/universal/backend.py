@@ -20,6 +20,8 @@ KERNELS = (
     "gemm",
     "pack",
     "im2col",
+    "windows",
+    "window_rows",
     "col2im",
     "add_column_bias",
     "sum_rows",
@@ -71,9 +73,14 @@ def _numba_kernels(parallel: bool) -> SimpleNamespace:
     def wrapped(kernel):
         return unwatched(lambda *args: kernel(*(_as_numpy(value) for value in args)))
 
-    found = {name: wrapped(compiled[name]) for name in KERNELS if name != "pack"}
-    packed = unwatched(lambda b: torch.from_numpy(cpu.pack(_as_numpy(b))))
-    return SimpleNamespace(**found, pack=packed)
+    own = ("pack", "windows", "window_rows")
+    found = {name: wrapped(compiled[name]) for name in KERNELS if name not in own}
+    return SimpleNamespace(
+        **found,
+        pack=unwatched(lambda b: torch.from_numpy(cpu.pack(_as_numpy(b)))),
+        windows=lambda x, kernel, stride: cpu.windows(_as_numpy(x), kernel, stride),
+        window_rows=cpu.window_rows,
+    )
 
 
 @functools.cache
@@ -104,7 +111,13 @@ def operand(tensor: torch.Tensor, name: str) -> torch.Tensor:
 def checked(values: torch.Tensor, op: str) -> torch.Tensor:
     """The output, unless it holds a NaN: the run stops naming the op (a NaN's payload
     differs between machines)."""
-    if bool(torch.isnan(values).any()):
+    if values.device.type == "cpu" and _chosen["cpu"] == "numba":
+        from reprodqn.universal import cpu
+
+        nan = cpu.kernels().holds_nan(values.detach().contiguous().numpy())
+    else:
+        nan = bool(torch.isnan(values).any())
+    if nan:
         raise NumericsError(f"compute.numerics universal: {op} gave a NaN; the run stops here")
     return values
 

@@ -93,6 +93,20 @@ def im2col(x: torch.Tensor, windows: torch.Tensor, stride: int) -> None:
     windows.copy_(views.permute(0, 2, 3, 1, 4, 5))
 
 
+def windows(x: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:
+    """A convolution's windows as gemm's A (B, OH*OW, C*k*k): a copy (im2col)."""
+    batch, channels, height, width = x.shape
+    out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    found = x.new_empty((batch, out_h, out_w, channels, kernel, kernel))
+    im2col(x, found, stride)
+    return found.view(batch, out_h * out_w, -1)
+
+
+def window_rows(found: torch.Tensor) -> torch.Tensor:
+    """The same windows as gemm's B: (n, oy, ox) down, (c, ky, kx) across."""
+    return found.reshape(1, -1, found.shape[2])
+
+
 def col2im(dcols: torch.Tensor, grad_x: torch.Tensor, stride: int) -> None:
     batch, out_h, out_w, channels, kernel, _ = dcols.shape
     height, width = grad_x.shape[2], grad_x.shape[3]

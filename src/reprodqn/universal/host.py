@@ -26,24 +26,22 @@ def applies(frames: torch.Tensor) -> bool:
 
 
 def _checked(values: np.ndarray, op: str) -> np.ndarray:
-    if np.isnan(values).any():
+    if cpu.kernels().holds_nan(values):
         raise NumericsError(f"compute.numerics universal: {op} gave a NaN; the run stops here")
     return values
 
 
-def _packed(layer: nn.Module) -> np.ndarray:
+def _packed(layer: nn.Conv2d | nn.Linear) -> np.ndarray:
     return layers.packed_transpose(layer).numpy()
 
 
 def _conv(kernels, layer: layers.Conv2d, x: np.ndarray) -> np.ndarray:
     """_Conv2dFunction.forward's arithmetic: windows, product, channel bias."""
-    batch, channels, height, width = x.shape
+    batch, _, height, width = x.shape
     out_c, kernel, stride = layer.out_channels, layer.kernel_size[0], layer.stride[0]
     out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
-    windows = np.empty((batch, out_h, out_w, channels, kernel, kernel), np.float32)
-    kernels.im2col(x, windows, stride)
     out = np.empty((batch, out_h * out_w, out_c), np.float32)
-    kernels.gemm(windows.reshape(batch, out_h * out_w, -1), _packed(layer), out)
+    kernels.gemm(cpu.windows(x, kernel, stride), _packed(layer), out)
     if layer.bias is not None:
         kernels.add_column_bias(out.reshape(-1, out_c), layer.bias.detach().numpy())
     channels_first = np.ascontiguousarray(out.transpose(0, 2, 1))
@@ -88,8 +86,10 @@ def scale_frames(frames: np.ndarray) -> np.ndarray:
 
 def q_network(net: nn.Module, frames: torch.Tensor) -> torch.Tensor:
     """A QNetwork's Q-values (dueling or not) as its universal layers compute them."""
-    features = sequential(net.layers, scale_frames(frames.numpy()))
+    stacks: dict[str, nn.Sequential] = dict(net.named_children())  # type: ignore[arg-type]
+    features = sequential(stacks["layers"], scale_frames(frames.numpy()))
     if not net.dueling:
         return torch.from_numpy(features)
-    value, advantage = sequential(net.value, features), sequential(net.advantage, features)
+    value = sequential(stacks["value"], features)
+    advantage = sequential(stacks["advantage"], features)
     return torch.from_numpy(_checked(layers.dueling_values(value, advantage), "dueling head"))

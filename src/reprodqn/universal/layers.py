@@ -24,20 +24,11 @@ from reprodqn.universal.reference import add_sequence
 f32 = np.float32
 
 
-def _im2col(kernels, x: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:
-    """(B, C, H, W) -> (B, OH*OW, C*k*k): each output position's window, (c, ky, kx) in the
-    weight's order. A copy, no arithmetic."""
-    batch, channels, height, width = x.shape
-    out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
-    windows = x.new_empty((batch, out_h, out_w, channels, kernel, kernel))
-    kernels.im2col(x, windows, stride)
-    return windows.view(batch, out_h * out_w, channels * kernel * kernel)
-
-
 class _Conv2dFunction(torch.autograd.Function):
     """The products with positions as rows: y^T[n] = windows[n] W^T (each output's chain
     over (c, ky, kx)); dW = dy (n, p) windows (a chain over (n, p)); the windows'
-    gradient dy^T[n] W (a chain over oc), summed onto the input by col2im."""
+    gradient dy^T[n] W (a chain over oc), summed onto the input by col2im. The windows
+    are the backend's: read in place from x on a CPU, an im2col copy on a GPU."""
 
     @staticmethod
     @unwatched
@@ -45,14 +36,14 @@ class _Conv2dFunction(torch.autograd.Function):
         k = kernels_for(x)
         xs, w = operand(x, "conv2d input"), operand(weight, "conv2d weight")
         out_c, _, kernel, _ = w.shape
-        windows = _im2col(k, xs, kernel, stride)  # (B, P, KC)
-        out = xs.new_empty((xs.shape[0], windows.shape[1], out_c))
+        side = (xs.shape[2] - kernel) // stride + 1
+        windows = k.windows(xs, kernel, stride)  # (B, P, KC)
+        out = xs.new_empty((xs.shape[0], side * side, out_c))
         k.gemm(windows, packed_t, out)
         if bias is not None:
             k.add_column_bias(out.view(-1, out_c), operand(bias, "conv2d bias"))
         ctx.save_for_backward(weight)
-        ctx.windows, ctx.stride, ctx.x_shape = windows, stride, xs.shape
-        side = (xs.shape[2] - kernel) // stride + 1
+        ctx.windows, ctx.stride, ctx.x = windows, stride, xs  # x: the windows read it
         channels_first = out.permute(0, 2, 1).contiguous()
         return checked(channels_first.view(xs.shape[0], out_c, side, -1), "conv2d")
 
@@ -61,21 +52,22 @@ class _Conv2dFunction(torch.autograd.Function):
     def backward(ctx, grad_out):
         k = kernels_for(grad_out)
         (weight,) = ctx.saved_tensors
-        w, windows = operand(weight, "conv2d weight"), ctx.windows
+        w, windows, x_shape = operand(weight, "conv2d weight"), ctx.windows, ctx.x.shape
         batch, out_c, out_h, out_w = grad_out.shape
         dy = operand(grad_out, "conv2d gradient").view(batch, out_c, -1)
         dy_rows = dy.permute(1, 0, 2).contiguous().view(1, out_c, -1)
-        grad_w = w.new_empty((1, out_c, windows.shape[2]))
-        k.gemm(dy_rows, windows.view(1, -1, windows.shape[2]), grad_w)
+        grad_w = w.new_empty((1, out_c, w[0].numel()))
+        k.gemm(dy_rows, k.window_rows(windows), grad_w)
         grad_b = w.new_empty(out_c)
         k.sum_channel_major(dy, grad_b)
         grad_x = None
         if ctx.needs_input_grad[0]:
-            dcols = w.new_empty(windows.shape)
-            k.gemm(dy.permute(0, 2, 1).contiguous(), w.view(1, out_c, -1), dcols)
-            kernel, channels = w.shape[2], ctx.x_shape[1]
-            grad_x = w.new_empty(ctx.x_shape)
-            k.col2im(dcols.view(batch, out_h, out_w, channels, kernel, kernel), grad_x, ctx.stride)
+            kernel, channels = w.shape[2], x_shape[1]
+            dcols = w.new_empty((batch, out_h, out_w, channels, kernel, kernel))
+            rows = dcols.view(batch, out_h * out_w, -1)
+            k.gemm(dy.permute(0, 2, 1).contiguous(), w.view(1, out_c, -1), rows)
+            grad_x = w.new_empty(x_shape)
+            k.col2im(dcols, grad_x, ctx.stride)
             grad_x = checked(grad_x, "conv2d input gradient")
         return (
             grad_x,
@@ -209,7 +201,7 @@ def dueling(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
     return _DuelingFunction.apply(value, advantage)
 
 
-def packed_transpose(layer: nn.Module) -> torch.Tensor:
+def packed_transpose(layer: nn.Conv2d | nn.Linear) -> torch.Tensor:
     """W^T (inputs by outputs) as the backend's gemm reads it (cpu.pack's panels), kept on
     the layer until the weight's version changes (an optimizer step or a load bumps it:
     universal.optim does), so acting does not copy the weights at every step."""

@@ -3,14 +3,15 @@
 
 A tile is R rows (1 to ROWS) by V vectors of W lanes of C, each lane one output: for k
 ascending, acc = llvm.fma(splat(A[r, k]), B[k, lanes], acc), held in registers for the whole
-k loop. It starts from +0, or from C as a previous call left it (`load`): so a long sum can
-be cut into blocks of k, each a call that carries on where the last stopped, and the chain
-is the same. B's rows are read a tile's width at a time, `ldb` apart. A vector
-fma is W independent correctly rounded fmas, so a lane computes exactly the reference's
-chain whatever W is: 16 with AVX-512, 8 with AVX, 4 elsewhere (SSE, NEON), and where the
-CPU has no fma LLVM calls libm's fmaf per lane. Written as IR by hand because numba's loops
-keep the accumulators in memory (one load and store per fma: a tenth of the CPU's speed)
-and LLVM's vectorizer will not build this tile from scalar code.
+k loop. A is a matrix, or gathered: A[r, k] = a[rows[r] + ks[k]], a convolution's windows
+read in place from its input. B's rows are read a tile's width at a time, `ldb` apart. A
+tile starts from +0, or from C as a previous call left it (`load`), so a long sum can be
+cut into blocks of k, each a call that carries on where the last stopped, and the chain is
+the same. A vector fma is W independent correctly rounded fmas, so a lane computes exactly
+the reference's chain whatever W is: 16 with AVX-512, 8 with AVX, 4 elsewhere (SSE, NEON),
+and where the CPU has no fma LLVM calls libm's fmaf per lane. Written as IR by hand because
+numba's loops keep the accumulators in memory (one load and store per fma: a tenth of the
+CPU's speed) and LLVM's vectorizer will not build this tile from scalar code.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ ROWS, VECTORS = 6, 2  # 12 accumulators: within AVX2's 16 registers and NEON's 3
 class Tile:
     # functions[r - 1](a, lda, b, ldb, c, ldc, depth, load): r rows, depth >= 1
     functions: tuple[Callable[..., None], ...]
+    # gathered[r - 1](a, rows, ks, b, ldb, c, ldc, depth, load): A[i, k] = a[rows[i] + ks[k]]
+    gathered: tuple[Callable[..., None], ...]
     rows: int
     columns: int
     lanes: int
@@ -34,8 +37,9 @@ class Tile:
     engine: object  # the compiled code lives as long as the tiles
 
 
-def _ir(rows: int, vectors: int, lanes: int) -> str:
-    """One tile function, @tile_<rows>."""
+def _ir(rows: int, vectors: int, lanes: int, gathered: bool = False) -> str:
+    """One tile function: @tile_<rows>, A's rows `lda` apart; or @gathered_<rows>, A[r, k]
+    at a[rows[r] + ks[k]] (a convolution's windows read in place from its input)."""
     vt = f"<{lanes} x float>"
     fma = f"@llvm.fma.v{lanes}f32"
     acc = [(r, v) for r in range(rows) for v in range(vectors)]
@@ -49,9 +53,21 @@ def _ir(rows: int, vectors: int, lanes: int) -> str:
         ]
 
     lines = [
-        f"define void @tile_{rows}(float* noalias %a, i64 %lda, float* noalias %b, i64 %ldb,"
-        " float* noalias %c, i64 %ldc, i64 %depth, i64 %load) {",
+        (
+            f"define void @gathered_{rows}(float* noalias %a, i64* noalias %rows, i64* noalias %ks,"
+            if gathered
+            else f"define void @tile_{rows}(float* noalias %a, i64 %lda,"
+        )
+        + " float* noalias %b, i64 %ldb, float* noalias %c, i64 %ldc, i64 %depth, i64 %load) {",
         "entry:",
+        *(
+            line
+            for r in range(rows if gathered else 0)
+            for line in (
+                f"  %rp{r} = getelementptr i64, i64* %rows, i64 {r}",
+                f"  %base{r} = load i64, i64* %rp{r}, align 8",
+            )
+        ),
         *(line for r, v in acc for line in c_pointer(r, v)),
         "  %from_c = icmp ne i64 %load, 0",
         "  br i1 %from_c, label %resume, label %loop",
@@ -74,10 +90,18 @@ def _ir(rows: int, vectors: int, lanes: int) -> str:
             f"  %bvp{v} = bitcast float* %bp{v} to {vt}*",
             f"  %b{v} = load {vt}, {vt}* %bvp{v}, align 4",
         ]
+    if gathered:
+        lines += [
+            "  %kp = getelementptr i64, i64* %ks, i64 %k",
+            "  %koff = load i64, i64* %kp, align 8",
+        ]
     for r in range(rows):
         lines += [
-            f"  %ar{r} = mul i64 {r}, %lda",
-            f"  %ao{r} = add i64 %ar{r}, %k",
+            *(
+                [f"  %ao{r} = add i64 %base{r}, %koff"]
+                if gathered
+                else [f"  %ar{r} = mul i64 {r}, %lda", f"  %ao{r} = add i64 %ar{r}, %k"]
+            ),
             f"  %ap{r} = getelementptr float, float* %a, i64 %ao{r}",
             f"  %as{r} = load float, float* %ap{r}, align 4",
             f"  %ai{r} = insertelement {vt} undef, float %as{r}, i32 0",
@@ -102,7 +126,8 @@ def _ir(rows: int, vectors: int, lanes: int) -> str:
 def _module(rows: int, vectors: int, lanes: int) -> str:
     vt = f"<{lanes} x float>"
     declare = f"declare {vt} @llvm.fma.v{lanes}f32({vt}, {vt}, {vt})"
-    return "\n\n".join([declare, *(_ir(r, vectors, lanes) for r in range(1, rows + 1))])
+    shapes = [(r, gathered) for gathered in (False, True) for r in range(1, rows + 1)]
+    return "\n\n".join([declare, *(_ir(r, vectors, lanes, g) for r, g in shapes)])
 
 
 def _target() -> tuple[str, str, int]:
@@ -143,8 +168,12 @@ def tile() -> Tile:
     engine = llvm.create_mcjit_compiler(module, machine)
     engine.finalize_object()
     pointer, count = ctypes.c_void_p, ctypes.c_int64
-    signature = ctypes.CFUNCTYPE(None, *[pointer, count] * 3, count, count)
+    plain = ctypes.CFUNCTYPE(None, *[pointer, count] * 3, count, count)
+    gathered = ctypes.CFUNCTYPE(None, *[pointer] * 4, count, pointer, count, count, count)
     functions = tuple(
-        signature(engine.get_function_address(f"tile_{rows}")) for rows in range(1, ROWS + 1)
+        plain(engine.get_function_address(f"tile_{rows}")) for rows in range(1, ROWS + 1)
     )
-    return Tile(functions, ROWS, VECTORS * lanes, lanes, name, engine)
+    gathered_functions = tuple(
+        gathered(engine.get_function_address(f"gathered_{rows}")) for rows in range(1, ROWS + 1)
+    )
+    return Tile(functions, gathered_functions, ROWS, VECTORS * lanes, lanes, name, engine)
