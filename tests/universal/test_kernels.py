@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from reprodqn.universal import backend, cpu, layers
+from reprodqn.universal import backend, cpu, layers, product
 from reprodqn.universal import reference as ref
 
 f32 = np.float32
@@ -71,7 +71,7 @@ def test_gemm_cut_into_blocks_of_k_is_one_chain(shape, threads, block_depth):
     a = rng.standard_normal((2, rows, depth)).astype(f32)
     b = rng.standard_normal((1, depth, width)).astype(f32)
     out = np.empty((2, rows, width), f32)
-    cpu.gemm(a, b, out, parallel=threads > 1, block_depth=block_depth)
+    product.gemm(a, b, out, parallel=threads > 1, block_depth=block_depth)
     for n in range(2):
         assert same(out[n], ref.chain(a[n], b[0]))
 
@@ -102,17 +102,17 @@ def test_windows_read_in_place_are_im2cols_copy(kernel, stride, side):
     copied = np.empty((3, out_side, out_side, 5, kernel, kernel), f32)
     cpu.kernels().im2col(x, copied, stride)
     copied = copied.reshape(3, out_side * out_side, -1)
-    windows = cpu.windows(x, kernel, stride)
+    windows = product.windows(x, kernel, stride)
     weights = rng.standard_normal((1, copied.shape[2], 7)).astype(f32)
     ours, theirs = (np.empty((3, copied.shape[1], 7), f32) for _ in range(2))
-    cpu.gemm(windows, weights, ours, block_depth=32)
-    cpu.gemm(copied, weights, theirs)
+    product.gemm(windows, weights, ours, block_depth=32)
+    product.gemm(copied, weights, theirs)
     assert same(ours, theirs)
     assert same(theirs[1], ref.chain(copied[1], weights[0]))
     dy = rng.standard_normal((1, 7, 3 * copied.shape[1])).astype(f32)
     ours_w, theirs_w = (np.empty((1, 7, copied.shape[2]), f32) for _ in range(2))
-    cpu.gemm(dy, cpu.window_rows(windows), ours_w, block_depth=33)
-    cpu.gemm(dy, copied.reshape(1, -1, copied.shape[2]), theirs_w)
+    product.gemm(dy, product.window_rows(windows), ours_w, block_depth=33)
+    product.gemm(dy, copied.reshape(1, -1, copied.shape[2]), theirs_w)
     assert same(ours_w, theirs_w)
 
 
@@ -122,10 +122,10 @@ def test_packed_weights_give_the_products_of_the_weights():
     a = rng.standard_normal((2, 5, 70)).astype(f32)
     w = rng.standard_normal((37, 70)).astype(f32)
     ours, theirs = (np.empty((2, 5, 37), f32) for _ in range(2))
-    cpu.gemm(a, cpu.pack(w.T[None]), ours)
-    cpu.gemm(a, np.ascontiguousarray(w.T)[None], theirs)
+    product.gemm(a, product.pack(w.T[None]), ours)
+    product.gemm(a, np.ascontiguousarray(w.T)[None], theirs)
     assert same(ours, theirs)
-    assert same(cpu.pack(w.T[None]), cpu.pack(np.ascontiguousarray(w.T)[None]))
+    assert same(product.pack(w.T[None]), product.pack(np.ascontiguousarray(w.T)[None]))
 
 
 def test_gemm_order_matters():

@@ -82,8 +82,6 @@ def check_universal(config) -> None:
             not config.replay.prioritized or config.priority.eta == 0
         ),
         "compute.replay_on_device: false": not config.compute.replay_on_device,
-        # INTER_LINEAR computes its coefficients in float code the compiler may contract
-        "env.resize: linear_exact (OpenCV's bit-exact resize)": config.env.resize == "linear_exact",
     }
     for need, met in needs.items():
         if not met:

@@ -67,7 +67,8 @@ class EnvConfig(Frozen):
     resize: Literal["linear", "linear_exact"] = Field(
         "linear",
         description="OpenCV interpolation of the 84x84 resize: INTER_LINEAR (the "
-        "authors' cv2.resize default) or INTER_LINEAR_EXACT.",
+        "authors' cv2.resize default; in the universal numerics computed by reprodqn in "
+        "integers, OpenCV's bytes on every machine) or INTER_LINEAR_EXACT.",
     )
 
 

@@ -34,6 +34,7 @@ from reprodqn.dqn.network import QNetwork, q_values
 from reprodqn.training.atari import (
     Emulator,
     FrameHistory,
+    frame_resize,
     replay_start_sequence,
     start_after_noops,
     start_without_sequence,
@@ -68,7 +69,7 @@ class Protocol:
             evaluation_config.max_frames,
             env.sticky_p,
             evaluation_config.inference_chunk,
-            env.resize,
+            frame_resize(config),
             config.seeds.generator,
         )
 

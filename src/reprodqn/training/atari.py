@@ -19,6 +19,7 @@ import numpy as np
 from ale_py import ALEInterface, ALEState, LoggerMode, roms
 
 from reprodqn.core.errors import InputError
+from reprodqn.training import linear_resize
 
 NOOP, FIRE = 0, 1
 
@@ -30,13 +31,30 @@ ALEInterface.setLoggerMode(LoggerMode.Error)
 
 
 RESIZE = {"linear": cv2.INTER_LINEAR, "linear_exact": cv2.INTER_LINEAR_EXACT}
+INTEGER_LINEAR = "linear_integer"  # env.resize linear as the universal mode computes it
 
 
 def preprocess(screens: np.ndarray, size: int, resize: str = "linear") -> np.ndarray:
     """Two RGB screens (2, 210, 160, 3) -> one (size, size) uint8 frame."""
     pooled = np.maximum(screens[0], screens[1])
     gray = cv2.cvtColor(pooled, cv2.COLOR_RGB2GRAY)
+    if resize == INTEGER_LINEAR:
+        return linear_resize.resize(gray, size)
     return cv2.resize(gray, (size, size), interpolation=RESIZE[resize])
+
+
+def frame_resize(config) -> str:
+    """The resize a run's frames get. In the universal mode the authors' INTER_LINEAR is
+    reprodqn's, in integers (training/linear_resize.py): OpenCV's bytes on x86-64, and
+    the same bytes on every other machine."""
+    if config.env.resize == "linear" and config.compute.numerics == "universal":
+        return INTEGER_LINEAR
+    return config.env.resize
+
+
+def frame_env(config):
+    """The run's env section with the resize its frames get (frame_resize)."""
+    return config.env.model_copy(update={"resize": frame_resize(config)})
 
 
 @cache

@@ -30,7 +30,7 @@ from reprodqn.determinism.rng import GAME_STREAMS, Streams, make_stream, torch_g
 from reprodqn.dqn.actor_replay import ActorReplay
 from reprodqn.dqn.agent import make_agent
 from reprodqn.dqn.replay import ReplayMemory
-from reprodqn.training.atari import FrameHistory
+from reprodqn.training.atari import FrameHistory, frame_env
 from reprodqn.training.games import open_games
 from reprodqn.training.run_state import RunState
 
@@ -43,7 +43,7 @@ class LockstepRun(RunState):
     def __init__(self, config: RunConfig, run_dir: Path, device: torch.device, workers: int = 0):
         self.config = config
         self.dir = run_dir
-        env_cfg, family = config.env, config.seeds.generator
+        env_cfg, family = frame_env(config), config.seeds.generator
         seeds = config.seeds.model_dump()
         n = self.actors = config.train.actors
         self.streams = Streams({"minibatch": seeds["minibatch"]}, family)

@@ -45,7 +45,7 @@ from reprodqn.dqn.cuda_graphs import CudaGraphs
 from reprodqn.dqn.device_replay import DeviceReplayMemory
 from reprodqn.dqn.prioritized_replay import PrioritizedReplay, check_memory
 from reprodqn.dqn.replay import ReplayMemory
-from reprodqn.training.atari import FrameHistory, TrainingEnv
+from reprodqn.training.atari import FrameHistory, TrainingEnv, frame_env
 from reprodqn.training.lockstep import LockstepRun
 from reprodqn.training.run_state import Accumulators, RunState
 from reprodqn.universal.record import universal_record
@@ -95,7 +95,7 @@ class Run(RunState):
     def __init__(self, config: RunConfig, run_dir: Path, device: torch.device):
         self.config = config
         self.dir = run_dir
-        env_cfg = config.env
+        env_cfg = frame_env(config)  # the resize its frames get in its numerics mode
         seeds = config.seeds.model_dump()
         self.streams = Streams(
             {name: seeds[name] for name in TRAINING_STREAMS}, config.seeds.generator

@@ -66,7 +66,7 @@ def _numba() -> SimpleNamespace:
 def _numba_kernels(parallel: bool) -> SimpleNamespace:
     """cpu.py's kernels (with numba's threads or without) on torch tensors: numpy views of
     the same memory."""
-    from reprodqn.universal import cpu
+    from reprodqn.universal import cpu, product
 
     compiled = vars(cpu._kernels(parallel))
 
@@ -77,9 +77,9 @@ def _numba_kernels(parallel: bool) -> SimpleNamespace:
     found = {name: wrapped(compiled[name]) for name in KERNELS if name not in own}
     return SimpleNamespace(
         **found,
-        pack=unwatched(lambda b: torch.from_numpy(cpu.pack(_as_numpy(b)))),
-        windows=lambda x, kernel, stride: cpu.windows(_as_numpy(x), kernel, stride),
-        window_rows=cpu.window_rows,
+        pack=unwatched(lambda b: torch.from_numpy(product.pack(_as_numpy(b)))),
+        windows=lambda x, kernel, stride: product.windows(_as_numpy(x), kernel, stride),
+        window_rows=product.window_rows,
     )
 
 

@@ -66,7 +66,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
 
 
 def pack(b: torch.Tensor) -> torch.Tensor:
-    """B as gemm reads it best: as it is on a GPU (the CPU packs panels: cpu.pack)."""
+    """B as gemm reads it best: as it is on a GPU (the CPU packs panels: product.pack)."""
     return b.contiguous()
 
 

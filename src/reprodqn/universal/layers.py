@@ -202,7 +202,7 @@ def dueling(value: torch.Tensor, advantage: torch.Tensor) -> torch.Tensor:
 
 
 def packed_transpose(layer: nn.Conv2d | nn.Linear) -> torch.Tensor:
-    """W^T (inputs by outputs) as the backend's gemm reads it (cpu.pack's panels), kept on
+    """W^T (inputs by outputs) as the backend's gemm reads it (product.pack's panels), kept on
     the layer until the weight's version changes (an optimizer step or a load bumps it:
     universal.optim does), so acting does not copy the weights at every step."""
     weight = layer.weight

@@ -37,21 +37,10 @@ class Tile:
     engine: object  # the compiled code lives as long as the tiles
 
 
-def _ir(rows: int, vectors: int, lanes: int, gathered: bool = False) -> str:
-    """One tile function: @tile_<rows>, A's rows `lda` apart; or @gathered_<rows>, A[r, k]
-    at a[rows[r] + ks[k]] (a convolution's windows read in place from its input)."""
+def _entry(rows: int, vectors: int, lanes: int, gathered: bool) -> list[str]:
+    """The signature, the row bases (gathered), C's addresses, and C loaded or +0."""
     vt = f"<{lanes} x float>"
-    fma = f"@llvm.fma.v{lanes}f32"
     acc = [(r, v) for r in range(rows) for v in range(vectors)]
-
-    def c_pointer(r: int, v: int) -> list[str]:
-        return [
-            f"  %cr{r}_{v} = mul i64 {r}, %ldc",
-            f"  %co{r}_{v} = add i64 %cr{r}_{v}, {v * lanes}",
-            f"  %cp{r}_{v} = getelementptr float, float* %c, i64 %co{r}_{v}",
-            f"  %cvp{r}_{v} = bitcast float* %cp{r}_{v} to {vt}*",
-        ]
-
     lines = [
         (
             f"define void @gathered_{rows}(float* noalias %a, i64* noalias %rows, i64* noalias %ks,"
@@ -60,20 +49,35 @@ def _ir(rows: int, vectors: int, lanes: int, gathered: bool = False) -> str:
         )
         + " float* noalias %b, i64 %ldb, float* noalias %c, i64 %ldc, i64 %depth, i64 %load) {",
         "entry:",
-        *(
-            line
-            for r in range(rows if gathered else 0)
-            for line in (
-                f"  %rp{r} = getelementptr i64, i64* %rows, i64 {r}",
-                f"  %base{r} = load i64, i64* %rp{r}, align 8",
-            )
-        ),
-        *(line for r, v in acc for line in c_pointer(r, v)),
+    ]
+    for r in range(rows if gathered else 0):
+        lines += [
+            f"  %rp{r} = getelementptr i64, i64* %rows, i64 {r}",
+            f"  %base{r} = load i64, i64* %rp{r}, align 8",
+        ]
+    for r, v in acc:
+        lines += [
+            f"  %cr{r}_{v} = mul i64 {r}, %ldc",
+            f"  %co{r}_{v} = add i64 %cr{r}_{v}, {v * lanes}",
+            f"  %cp{r}_{v} = getelementptr float, float* %c, i64 %co{r}_{v}",
+            f"  %cvp{r}_{v} = bitcast float* %cp{r}_{v} to {vt}*",
+        ]
+    return [
+        *lines,
         "  %from_c = icmp ne i64 %load, 0",
         "  br i1 %from_c, label %resume, label %loop",
         "resume:",
         *(f"  %c{r}_{v} = load {vt}, {vt}* %cvp{r}_{v}, align 4" for r, v in acc),
         "  br label %loop",
+    ]
+
+
+def _loop(rows: int, vectors: int, lanes: int, gathered: bool) -> list[str]:
+    """One k: B's row of the panel, each row's A[r, k] splat, the fmas; then C stored."""
+    vt = f"<{lanes} x float>"
+    fma = f"@llvm.fma.v{lanes}f32"
+    acc = [(r, v) for r in range(rows) for v in range(vectors)]
+    lines = [
         "loop:",
         "  %k = phi i64 [0, %entry], [0, %resume], [%next, %loop]",
         *(
@@ -111,7 +115,8 @@ def _ir(rows: int, vectors: int, lanes: int, gathered: bool = False) -> str:
                 for v in range(vectors)
             ),
         ]
-    lines += [
+    return [
+        *lines,
         "  %next = add i64 %k, 1",
         "  %more = icmp ult i64 %next, %depth",
         "  br i1 %more, label %loop, label %store",
@@ -120,7 +125,13 @@ def _ir(rows: int, vectors: int, lanes: int, gathered: bool = False) -> str:
         "  ret void",
         "}",
     ]
-    return "\n".join(lines)
+
+
+def _ir(rows: int, vectors: int, lanes: int, gathered: bool = False) -> str:
+    """One tile function: @tile_<rows>, A's rows `lda` apart; or @gathered_<rows>, A[r, k]
+    at a[rows[r] + ks[k]] (a convolution's windows read in place from its input)."""
+    shape = (rows, vectors, lanes, gathered)
+    return "\n".join([*_entry(*shape), *_loop(*shape)])
 
 
 def _module(rows: int, vectors: int, lanes: int) -> str:

@@ -1,0 +1,287 @@
+"""The universal product on a CPU: out = A @ B with each output one chain of fma over k
+ascending from +0 (reference.chain), driven over tiles.py's register tiles in the order of
+Goto and van de Geijn's GEMM, with a convolution's windows read in place from its input.
+
+Written by hand because no library computes a product in one written order (BLAS, oneDNN
+and MKL block and split their sums differently per instruction set); how k is blocked, how
+B is packed and how jobs are split change speed only, never a sum's order.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+
+from reprodqn.universal import tiles
+from reprodqn.universal.threads import threads
+
+
+def _block_depth(columns: int) -> int:
+    """k per block: a block of a packed panel (depth x columns floats) fills 16 KB, half of
+    the smallest L1 data cache these tiles meet, and stays there while every row block of
+    a run goes over it."""
+    return max(32, 4096 // columns)
+
+
+class Gathered(NamedTuple):
+    """A matrix read in place: element (i, j) is flat[rows[i] + cols[j]]. As gemm's A, rows
+    is (samples, M); as its B, (K,). A convolution's windows are their input this way, so
+    no copy of them is made."""
+
+    flat: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+
+
+@functools.cache
+def _window_offsets(shape: tuple[int, ...], kernel: int, stride: int):
+    batch, channels, height, width = shape
+    out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    image = np.arange(batch, dtype=np.int64)[:, None, None] * channels * height * width
+    corner = (np.arange(out_h) * stride * width)[:, None] + np.arange(out_w) * stride
+    rows = (image + corner[None]).reshape(batch, out_h * out_w)
+    cols = (np.arange(channels)[:, None, None] * height * width
+            + (np.arange(kernel) * width)[:, None] + np.arange(kernel)).reshape(-1)  # fmt: skip
+    return rows, cols.astype(np.int64)
+
+
+def windows(x: np.ndarray, kernel: int, stride: int) -> Gathered:
+    """A convolution's windows of x (B, C, H, W) in place, as gemm's A: row (n, oy, ox),
+    column (c, ky, kx) in the weight's order, what im2col would copy."""
+    rows, cols = _window_offsets(x.shape, kernel, stride)
+    return Gathered(np.ascontiguousarray(x).reshape(-1), rows, cols)
+
+
+def window_rows(found: Gathered) -> Gathered:
+    """The same windows as gemm's B: (n, oy, ox) down, (c, ky, kx) across."""
+    return Gathered(found.flat, found.rows.reshape(-1), found.cols)
+
+
+@functools.cache
+def _packer(parallel: bool):
+    """Rows k0 .. k0 + size of B as panels of the tile's width, each contiguous (panels,
+    size, width), zero past the last column: a copy that reads B row by row. B is a
+    matrix (K, N), or gathered (flat, rows, cols)."""
+    from numba import njit, prange
+
+    columns = tiles.tile().columns
+
+    @njit(parallel=parallel, fastmath=False, error_model="numpy", nogil=True)
+    def pack_rows(b, k0, size, packed):
+        width = b.shape[1]
+        whole = width // columns
+        for kk in prange(size):
+            row = b[k0 + kk]
+            for panel in range(whole):
+                target, start = packed[panel, kk], panel * columns
+                for lane in range(columns):
+                    target[lane] = row[start + lane]
+            if whole < packed.shape[0]:
+                target = packed[whole, kk]
+                for lane in range(columns):
+                    j = whole * columns + lane
+                    target[lane] = row[j] if j < width else np.float32(0.0)
+
+    @njit(parallel=parallel, fastmath=False, error_model="numpy", nogil=True)
+    def pack_gathered(flat, rows, cols, k0, size, packed):
+        width = cols.shape[0]
+        for kk in prange(size):
+            start = rows[k0 + kk]
+            for panel in range(packed.shape[0]):
+                target, first = packed[panel, kk], panel * columns
+                for lane in range(min(columns, width - first)):
+                    target[lane] = flat[start + cols[first + lane]]
+                for lane in range(min(columns, width - first), columns):
+                    target[lane] = np.float32(0.0)
+
+    return pack_rows, pack_gathered
+
+
+def pack(b: np.ndarray) -> np.ndarray:
+    """B's panels (S, panels, K, tile width) for gemm: a layer keeps its weights' until they
+    change, so acting does not copy them at every step."""
+    columns = tiles.tile().columns
+    samples, depth, width = b.shape
+    packed = np.empty((samples, (width + columns - 1) // columns, depth, columns), np.float32)
+    for n in range(samples):
+        if b[n].strides[0] == 4 and b[n].strides[1] > 4:  # a transposed view: read as it lies
+            _transposed_packer()(b[n].T, packed[n])
+        else:
+            _packer(threads() > 1)[0](np.ascontiguousarray(b[n]), 0, depth, packed[n])
+    return packed
+
+
+@functools.cache
+def _transposed_packer():
+    """pack(W^T) read from W (N, K) itself: each panel's rows of W side by side, in k
+    order, rather than a transposed copy of W first (5 ms for fc1 at every update)."""
+    from numba import njit
+
+    columns = tiles.tile().columns
+
+    @njit(fastmath=False, error_model="numpy", nogil=True)
+    def pack_transposed(w, packed):
+        width, depth = w.shape
+        for panel in range(packed.shape[0]):
+            target, first = packed[panel], panel * columns
+            lanes = min(columns, width - first)
+            for k in range(depth):  # sixteen (or 32) rows of W read side by side
+                for lane in range(lanes):
+                    target[k, lane] = w[first + lane, k]
+                for lane in range(lanes, columns):
+                    target[k, lane] = np.float32(0.0)
+
+    return pack_transposed
+
+
+@functools.cache
+def _tile_runner(gathered: bool):
+    """run_tile(r, a, a_rows, ks, n, m, k, b_at, c_m, width, size, load): the r-row tile
+    on A's rows m.. of sample n from column k: a matrix's, or gathered ones."""
+    from numba import njit
+
+    kernel = tiles.tile()
+    tile_columns = kernel.columns
+    jit = njit(fastmath=False, error_model="numpy", nogil=True, inline="always")
+    if gathered:
+        g_1, g_2, g_3, g_4, g_5, g_6 = kernel.gathered
+
+        @jit
+        def run_tile(r, a, a_rows, ks, n, m, k, b_at, c_m, width, size, load):
+            a_at = a.ctypes.data
+            r_at = a_rows[n if a_rows.shape[0] > 1 else 0, m:].ctypes.data
+            k_at = ks[k:].ctypes.data
+            if r == 6:
+                g_6(a_at, r_at, k_at, b_at, tile_columns, c_m, width, size, load)
+            elif r == 5:
+                g_5(a_at, r_at, k_at, b_at, tile_columns, c_m, width, size, load)
+            elif r == 4:
+                g_4(a_at, r_at, k_at, b_at, tile_columns, c_m, width, size, load)
+            elif r == 3:
+                g_3(a_at, r_at, k_at, b_at, tile_columns, c_m, width, size, load)
+            elif r == 2:
+                g_2(a_at, r_at, k_at, b_at, tile_columns, c_m, width, size, load)
+            else:
+                g_1(a_at, r_at, k_at, b_at, tile_columns, c_m, width, size, load)
+
+    else:
+        t_1, t_2, t_3, t_4, t_5, t_6 = kernel.functions
+
+        @jit
+        def run_tile(r, a, a_rows, ks, n, m, k, b_at, c_m, width, size, load):
+            depth = a.shape[2]
+            a_at = a[n if a.shape[0] > 1 else 0, m:, k:].ctypes.data
+            if r == 6:
+                t_6(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+            elif r == 5:
+                t_5(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+            elif r == 4:
+                t_4(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+            elif r == 3:
+                t_3(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+            elif r == 2:
+                t_2(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+            else:
+                t_1(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+
+    return run_tile
+
+
+@functools.cache
+def _driver(parallel: bool, gathered: bool):
+    """The product's driver, in the order of Goto and van de Geijn's GEMM: for each block of
+    k ascending, B's rows in that block are packed into panels of the tile's width (read
+    row by row, they then sit in the cache), and every (sample, panel, run of row blocks)
+    job runs its tiles over its panel, carrying on from where the last block of k left C.
+    So each output is one chain over k ascending from +0 however k is cut, and jobs split
+    outputs, never a sum. B already packed (`pack`) is read as it is; A is a matrix, or
+    (`gathered`) a convolution's windows read in place. Not cached on disk: it calls the
+    tiles by their address in this process."""
+    from numba import njit, prange
+
+    kernel = tiles.tile()
+    tile_rows, tile_columns = kernel.rows, kernel.columns
+    run_rows = tile_rows * 16  # rows per job: enough jobs for the threads at batch 1
+    pack_rows, pack_gathered = _packer(parallel)
+    run_tile = _tile_runner(gathered)
+
+    @njit(parallel=parallel, fastmath=False, error_model="numpy", nogil=True)
+    def tiled(a, a_rows, ks, depth, b, prepacked, b_flat, b_rows, b_cols, c, block_depth):
+        batch, rows, width = c.shape  # width: whole panels
+        panels = width // tile_columns
+        runs = (rows + run_rows - 1) // run_rows
+        mode = 0 if b.shape[0] else 1 if prepacked.shape[0] else 2  # matrix, packed, gathered
+        samples = b.shape[0] if mode == 0 else prepacked.shape[0] if mode == 1 else 1
+        per_b = batch if samples == 1 else 1  # the samples each B serves
+        buffer = np.empty((0 if mode == 1 else panels, block_depth, tile_columns), np.float32)
+        for nb in range(samples):
+            for k in range(0, depth, block_depth):
+                size = min(block_depth, depth - k)
+                if mode == 0:
+                    pack_rows(b[nb], k, size, buffer)
+                elif mode == 2:
+                    pack_gathered(b_flat, b_rows, b_cols, k, size, buffer)
+                load = 1 if k > 0 else 0
+                for job in prange(per_b * panels * runs):
+                    n = nb if samples > 1 else job // (panels * runs)
+                    panel = (job // runs) % panels
+                    first = (job % runs) * run_rows
+                    last = min(rows, first + run_rows)
+                    if mode == 1:
+                        b_at = prepacked[nb, panel, k:].ctypes.data
+                    else:
+                        b_at = buffer[panel].ctypes.data
+                    c_at = c[n, first:, panel * tile_columns :].ctypes.data
+                    for m in range(first, last, tile_rows):
+                        c_m = c_at + (m - first) * width * 4
+                        r = min(tile_rows, last - m)
+                        run_tile(r, a, a_rows, ks, n, m, k, b_at, c_m, width, size, load)
+
+    return tiled
+
+
+_NO_MATRIX = (np.empty((0, 0, 0), np.float32), np.empty((0, 0, 0, 0), np.float32))
+_NO_GATHERED = (np.empty(0, np.float32), np.empty(0, np.int64), np.empty(0, np.int64))
+_NO_OFFSETS = (np.empty((0, 0), np.int64), np.empty(0, np.int64))
+
+
+def gemm(
+    a: np.ndarray | Gathered,
+    b: np.ndarray | Gathered,
+    out: np.ndarray,
+    parallel: bool | None = None,
+    block_depth: int | None = None,
+) -> None:
+    """out[n] = a[n or 0] @ b[n or 0], each output one fma chain over k ascending from +0
+    (reference.chain). a (A, M, K) or Gathered (A's rows (A, M)); b (B, K, N), its panels
+    from `pack` (B, panels, K, tile width) or Gathered (one B); out (max(A, B), M, N),
+    float32. `block_depth` (k per block) changes speed only; a test sets it."""
+    gathered_a = isinstance(a, Gathered)
+    if isinstance(a, Gathered):
+        operand_a: tuple[np.ndarray, ...] = tuple(a)
+        depth = a.cols.shape[0]
+    else:
+        operand_a, depth = (np.ascontiguousarray(a), *_NO_OFFSETS), a.shape[2]
+    if depth == 0:
+        out[...] = 0
+        return
+    if parallel is None:
+        parallel = threads() > 1
+    columns = tiles.tile().columns
+    width = out.shape[2]
+    whole = width % columns == 0 and out.flags.c_contiguous
+    c = out if whole else np.empty((*out.shape[:2], -(-width // columns) * columns), np.float32)
+    matrix, packed = _NO_MATRIX
+    gathered_b: tuple[np.ndarray, ...] = _NO_GATHERED
+    if isinstance(b, Gathered):
+        gathered_b = tuple(b)
+    elif b.ndim == 4:
+        packed = b
+    else:
+        matrix = b if b.strides[2] == 4 else np.ascontiguousarray(b)
+    blocks = block_depth or (depth if packed.shape[0] else _block_depth(columns))
+    _driver(parallel, gathered_a)(*operand_a, depth, matrix, packed, *gathered_b, c, blocks)
+    if not whole:
+        out[...] = c[:, :, :width]
