@@ -434,3 +434,26 @@ def test_result_logs_declared_to_the_chain_are_compared_by_verify(tmp_path):
     assert found == {"step": 2, "fields": ["result logs"]}
     plain = exact.HashChain(tmp_path / "d")
     assert "results_sha256" not in plain.checkpoint(1, {"w": torch.zeros(2)})  # as before
+
+
+def test_one_thread_asked_is_one_thread_applied_in_the_universal_mode(tmp_path):
+    """setup(threads=1, numerics="universal") leaves torch at one thread through a
+    universal forward, and numba's thread pool is never started (the tester's 2-thread
+    'universal' chain at 1 thread, and a pool spinning on a shared core)."""
+    script = (
+        "from reprodqn import exact\n"
+        "s = exact.setup(threads=1, numerics='universal')\n"
+        "import torch, numba\n"
+        "from reprodqn.exact import universal\n"
+        "net = torch.nn.Sequential(universal.Conv2d(4, 8, 8, 4), universal.ReLU())\n"
+        "universal.init_(net, torch.Generator().manual_seed(0))\n"
+        "x = torch.zeros(2, 4, 84, 84)\n"
+        "with universal.strict():\n"
+        "    net(x).sum\n"
+        "from numba.np.ufunc import parallel\n"
+        "print(torch.get_num_threads(), s.applied['torch_threads'], parallel._is_initialized)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, check=True
+    )
+    assert done.stdout.split() == ["1", "1", "False"]

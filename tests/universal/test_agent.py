@@ -61,7 +61,7 @@ def test_a_forward_without_gradient_is_the_layers_forward_at_every_batch_size(du
     """Acting, evaluation and the TD target run straight on the kernels (universal.host):
     the same bits as the layers' autograd path, and a state's Q-values the same whatever
     else shares its batch (every output its own chain)."""
-    from reprodqn.dqn.network import build_q_network
+    from reprodqn.dqn.network import build_q_network, q_values
     from reprodqn.universal import host
 
     net = build_q_network("nature", 4, 4, 84, torch.Generator().manual_seed(3), dueling,
@@ -74,3 +74,5 @@ def test_a_forward_without_gradient_is_the_layers_forward_at_every_batch_size(du
         alone = np.concatenate([net(frames[i : i + 1]).numpy() for i in range(5)])
     assert np.array_equal(together.view(np.uint32), with_grad.view(np.uint32))
     assert np.array_equal(alone.view(np.uint32), together.view(np.uint32))
+    in_chunks = q_values(net, frames.numpy(), chunk=2)  # evaluation: all in one batch
+    assert np.array_equal(in_chunks.view(np.uint32), together.view(np.uint32))

@@ -134,10 +134,13 @@ def q_values(net: nn.Module, states: np.ndarray, chunk: int) -> np.ndarray:
     a batch of 1 and in a batch of 100 can differ in the last bits (measured: 2e-8 with
     oneDNN). With every chunk the same size, a state's Q-values do not depend on how many
     other states share its batch, or which: evaluating episodes together or one at a time
-    gives the same actions.
+    gives the same actions. The universal kernels are batch-invariant (each output its own
+    chain), so a universal network takes all the states in one batch.
     """
     device = next(net.parameters()).device
     count = len(states)
+    if getattr(net, "numerics", "standard") == "universal":
+        chunk = max(count, 1)  # every output its own chain: one batch, no padding
     padded = -(-count // chunk) * chunk
     if padded != count:
         states = np.concatenate(

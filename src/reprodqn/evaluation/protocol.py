@@ -218,8 +218,9 @@ def play(
     # the next one): no chunk is padded until fewer than one chunk's worth are left. The
     # order cannot change results: episodes are independent and every chunk the same size.
     live = deque(range(len(specs)))
+    whole = getattr(net, "numerics", "standard") == "universal"  # batch-invariant: all at once
     while live:
-        due = len(live) if len(live) < p.chunk else len(live) - len(live) % p.chunk
+        due = len(live) if whole or len(live) < p.chunk else len(live) - len(live) % p.chunk
         batch = [live.popleft() for _ in range(due)]
         actions = q_values(net, histories[batch], p.chunk).argmax(axis=1)
         for k, action in zip(batch, actions, strict=True):
