@@ -15,7 +15,7 @@ from tests.helpers import ROOT
 from tools.emulated import probe
 
 RUN = ROOT / "tools" / "emulated" / "run.sh"
-ARM64_ROOT = Path(os.environ.get("REPRODQN_ARM64_ROOT", "/work/emu-root/arm64"))
+ARM64_ROOT = Path(os.environ.get("REPRODQN_ARM64_ROOT", ROOT.parent / "emu-root" / "arm64"))
 
 
 def test_the_chains_give_their_recorded_hashes_on_this_cpu(capsys):
@@ -74,3 +74,35 @@ def test_an_emulated_aarch64_gives_the_recorded_chains():
     assert lines["numba_cpu"] == "neoverse-n1"
     assert "neon fmla .4s" in lines["fma_vector_asm"]  # vectorised across j
     assert lines["chains"] == "all as recorded"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (ARM64_ROOT / "usr/bin/python3.11").exists(),
+    reason=f"no arm64 root at {ARM64_ROOT} (tools/emulated/arm64_root.sh makes it)",
+)
+def test_the_integer_resize_gives_x86s_opencv_bytes_on_an_emulated_aarch64(tmp_path):
+    """The universal mode's frames on aarch64: the same tables and the same bytes as
+    x86-64's cv2.resize (500 frames of five games), which aarch64's own OpenCV does not
+    give (recorded, not required: its HAL may change)."""
+    import cv2
+    import numpy as np
+
+    from tests.training.test_linear_resize import GAMES, _screens
+    from tools.emulated import resize_check
+
+    grays = np.stack([
+        cv2.cvtColor(np.maximum(screens[0], screens[1]), cv2.COLOR_RGB2GRAY)
+        for game in GAMES for screens in _screens(game, 100, seed=len(game))
+    ])  # fmt: skip
+    x86 = np.stack([cv2.resize(g, (84, 84), interpolation=cv2.INTER_LINEAR) for g in grays])
+    np.savez(tmp_path / "frames.npz", grays=grays, x86=x86)
+    command = ["bash", str(RUN), "aarch64", str(ARM64_ROOT), "--", "python",
+               "tools/emulated/resize_check.py", str(tmp_path / "frames.npz")]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert lines["machine"] == "aarch64"
+    assert lines["tables"] == resize_check.tables_digest()
+    assert lines["ours_equal"] == "1 500"
+    print("aarch64's own cv2.resize differs on", lines["opencv_differing"], "of 500 frames")

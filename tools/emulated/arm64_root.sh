@@ -2,7 +2,7 @@
 # Make an arm64 Debian bookworm root in DEST that qemu-aarch64-static runs without binfmt
 # or chroot (`qemu-aarch64-static -L DEST DEST/usr/bin/python3.11`), with aarch64 wheels of
 # numpy, numba and a CPU torch in DEST/opt/pysite. Idempotent: each stage is skipped when
-# its marker is there. Usage: tools/emulated/arm64_root.sh DEST   (e.g. /work/emu-root/arm64)
+# its marker is there. Usage: tools/emulated/arm64_root.sh DEST   (e.g. ../emu-root/arm64, beside the checkout)
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then

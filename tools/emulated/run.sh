@@ -4,7 +4,7 @@
 #   tools/emulated/run.sh aarch64 ROOT -- python ARGS...   ROOT: the arm64 root that
 #       arm64_root.sh made (its python3.11 and opt/pysite: numpy, numba, torch 2.9.1)
 #   tools/emulated/run.sh nehalem VENV -- python ARGS...   VENV: an x86-64 venv (default
-#       /work/main/.venv: the lock's torch 2.13.0 and numba), run on qemu's Nehalem-v1
+#       the checkout's .venv: the lock's torch 2.13.0 and numba), run on qemu's Nehalem-v1
 #       (SSE4.2, no AVX, no FMA)
 # EMULATED_CPU overrides qemu's -cpu (aarch64 default neoverse-n1, a Graviton2 core).
 # Both are qemu-user, ~100x slower than native: keep what runs there tiny.
