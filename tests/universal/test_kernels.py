@@ -233,3 +233,18 @@ def test_the_dueling_head_and_its_gradient_are_torchs_to_rounding():
     for column in range(5):
         total = total + a[:, column]
     assert same(q.detach().numpy(), v + (a - (total / f32(5))[:, None]))
+
+
+@pytest.mark.parametrize(
+    "settings", [{"padding": 1}, {"stride": (2, 1)}, {"dilation": 2}, {"kernel_size": (3, 2)}]
+)
+def test_a_convolution_it_does_not_compute_is_refused_where_it_computes(settings):
+    """However its weights came (here a torch model's state dict, no init_), a universal
+    Conv2d with padding, an uneven stride, dilation or a non-square kernel is refused in
+    one line naming its settings, not computed wrongly."""
+    shape = {"kernel_size": 3, **settings}
+    theirs = torch.nn.Conv2d(3, 4, **shape)
+    ours = layers.Conv2d(3, 4, **shape)
+    ours.load_state_dict(theirs.state_dict())
+    with pytest.raises(layers.NumericsError, match=r"Conv2d \(kernel .* needs a square kernel"):
+        ours(torch.zeros(1, 3, 12, 12))
