@@ -112,12 +112,17 @@ def checked(values: torch.Tensor, op: str) -> torch.Tensor:
     """The output, unless it holds a NaN: the run stops naming the op (a NaN's payload
     differs between machines)."""
     if values.device.type == "cpu" and _chosen["cpu"] == "numba":
-        from reprodqn.universal import cpu
+        nan_free(values.detach().contiguous().numpy(), op)
+    elif bool(torch.isnan(values).any()):
+        raise NumericsError(f"compute.numerics universal: {op} gave a NaN; the run stops here")
+    return values
 
-        nan = cpu.kernels().holds_nan(values.detach().contiguous().numpy())
-    else:
-        nan = bool(torch.isnan(values).any())
-    if nan:
+
+def nan_free(values: np.ndarray, op: str) -> np.ndarray:
+    """`checked` for a numpy array on the CPU: one numba pass, nothing allocated."""
+    from reprodqn.universal import cpu
+
+    if cpu.kernels().holds_nan(values):
         raise NumericsError(f"compute.numerics universal: {op} gave a NaN; the run stops here")
     return values
 

@@ -107,7 +107,6 @@ def _windows(parallel: bool):
 
     jit = functools.partial(njit, **JIT)
 
-    # Both index flat views: numba's six-dimensional indexing costs more than the copy.
     @jit(parallel=parallel)
     def col2im(dcols, grad_x, stride):
         """grad_x[n, c, y, x] = for (ky, kx) ascending, from +0: + dcols[n, oy, ox, c, ky,
@@ -143,7 +142,8 @@ def _windows(parallel: bool):
 
     @jit(parallel=parallel)
     def im2col(x, windows, stride):
-        """windows[n, oy, ox, c, ky, kx] = x[n, c, oy*stride + ky, ox*stride + kx]: a copy."""
+        """windows[n, oy, ox, c, ky, kx] = x[n, c, oy*stride + ky, ox*stride + kx]: a copy
+        (flat indices, as col2im's)."""
         batch, out_h, out_w, channels, kernel, _ = windows.shape
         height, width = x.shape[2], x.shape[3]
         source, target = x.reshape(-1), windows.reshape(-1)

@@ -25,12 +25,6 @@ def applies(frames: torch.Tensor) -> bool:
     )
 
 
-def _checked(values: np.ndarray, op: str) -> np.ndarray:
-    if cpu.kernels().holds_nan(values):
-        raise NumericsError(f"compute.numerics universal: {op} gave a NaN; the run stops here")
-    return values
-
-
 def _packed(layer: nn.Conv2d | nn.Linear) -> np.ndarray:
     return layers.packed_transpose(layer).numpy()
 
@@ -45,7 +39,7 @@ def _conv(kernels, layer: layers.Conv2d, x: np.ndarray) -> np.ndarray:
     if layer.bias is not None:
         kernels.add_column_bias(out.reshape(-1, out_c), layer.bias.detach().numpy())
     channels_first = np.ascontiguousarray(out.transpose(0, 2, 1))
-    return _checked(channels_first.reshape(batch, out_c, out_h, out_w), "conv2d")
+    return backend.nan_free(channels_first.reshape(batch, out_c, out_h, out_w), "conv2d")
 
 
 def _linear(kernels, layer: layers.Linear, x: np.ndarray) -> np.ndarray:
@@ -53,7 +47,7 @@ def _linear(kernels, layer: layers.Linear, x: np.ndarray) -> np.ndarray:
     kernels.gemm(np.ascontiguousarray(x)[None], _packed(layer), out)
     if layer.bias is not None:
         kernels.add_column_bias(out[0], layer.bias.detach().numpy())
-    return _checked(out[0], "linear")
+    return backend.nan_free(out[0], "linear")
 
 
 def sequential(stack: nn.Sequential, x: np.ndarray) -> np.ndarray:
@@ -92,4 +86,5 @@ def q_network(net: nn.Module, frames: torch.Tensor) -> torch.Tensor:
         return torch.from_numpy(features)
     value = sequential(stacks["value"], features)
     advantage = sequential(stacks["advantage"], features)
-    return torch.from_numpy(_checked(layers.dueling_values(value, advantage), "dueling head"))
+    q = layers.dueling_values(value, advantage)
+    return torch.from_numpy(backend.nan_free(q, "dueling head"))
