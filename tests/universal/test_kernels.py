@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from reprodqn.universal import backend, cpu, layers, product
+from reprodqn.universal import backend, convolution, cpu, layers, product
 from reprodqn.universal import reference as ref
 
 f32 = np.float32
@@ -94,26 +94,23 @@ def test_one_thread_runs_no_thread_pool():
 
 @pytest.mark.parametrize("kernel, stride, side", [(3, 2, 11), (4, 1, 9), (8, 4, 20)])
 def test_windows_read_in_place_are_im2cols_copy(kernel, stride, side):
-    """A convolution's windows gathered from its input (the forward's A, the weight
-    gradient's B, k cut into blocks) give the products of im2col's copy, bit for bit."""
+    """A convolution's windows gathered from its input (the forward's A, k cut into blocks;
+    transposed, the weight gradient's A) give the products of im2col's copy, bit for bit."""
     rng = np.random.default_rng(kernel * side)
     x = rng.standard_normal((3, 5, side, side)).astype(f32)
-    out_side = (side - kernel) // stride + 1
-    copied = np.empty((3, out_side, out_side, 5, kernel, kernel), f32)
-    cpu.kernels().im2col(x, copied, stride)
-    copied = copied.reshape(3, out_side * out_side, -1)
-    windows = product.windows(x, kernel, stride)
+    copied = np.ascontiguousarray(ref.im2col(x, kernel, stride).transpose(0, 2, 1))
+    windows = convolution.windows(x, kernel, stride)
     weights = rng.standard_normal((1, copied.shape[2], 7)).astype(f32)
     ours, theirs = (np.empty((3, copied.shape[1], 7), f32) for _ in range(2))
     product.gemm(windows, weights, ours, block_depth=32)
     product.gemm(copied, weights, theirs)
     assert same(ours, theirs)
     assert same(theirs[1], ref.chain(copied[1], weights[0]))
-    dy = rng.standard_normal((1, 7, 3 * copied.shape[1])).astype(f32)
-    ours_w, theirs_w = (np.empty((1, 7, copied.shape[2]), f32) for _ in range(2))
-    product.gemm(dy, product.window_rows(windows), ours_w, block_depth=33)
-    product.gemm(dy, copied.reshape(1, -1, copied.shape[2]), theirs_w)
-    assert same(ours_w, theirs_w)
+    dy = rng.standard_normal((3, 7, copied.shape[1])).astype(f32)
+    ours_w = np.empty((7, copied.shape[2]), f32)
+    convolution.weight_gradient(dy, windows, ours_w)
+    dy_rows = dy.transpose(1, 0, 2).reshape(7, -1)
+    assert same(ours_w, ref.chain(dy_rows, copied.reshape(-1, copied.shape[2])))
 
 
 def test_packed_weights_give_the_products_of_the_weights():
@@ -144,7 +141,9 @@ def _conv_case(seed, batch=2, channels=3, side=11, out_c=4, kernel=3, stride=2):
     return x, w, b
 
 
-@pytest.mark.parametrize("kernel,stride,side", [(3, 2, 11), (4, 2, 10), (2, 1, 5), (1, 1, 3)])
+@pytest.mark.parametrize(
+    "kernel,stride,side", [(3, 2, 11), (3, 2, 12), (4, 2, 10), (2, 1, 5), (1, 1, 3)]
+)
 def test_conv2d_forward_and_gradients_are_the_reference(kernel, stride, side):
     x, w, b = _conv_case(kernel * 10 + stride, kernel=kernel, stride=stride, side=side)
     layer = layers.Conv2d(3, 4, kernel, stride)

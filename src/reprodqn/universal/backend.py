@@ -19,10 +19,9 @@ from reprodqn.universal.guard import unwatched
 KERNELS = (
     "gemm",
     "pack",
-    "im2col",
     "windows",
-    "window_rows",
-    "col2im",
+    "conv_weight_gradient",
+    "conv_input_gradient",
     "add_column_bias",
     "sum_rows",
     "sum_channel_major",
@@ -66,20 +65,23 @@ def _numba() -> SimpleNamespace:
 def _numba_kernels(parallel: bool) -> SimpleNamespace:
     """cpu.py's kernels (with numba's threads or without) on torch tensors: numpy views of
     the same memory."""
-    from reprodqn.universal import cpu, product
+    from reprodqn.universal import convolution, cpu, product
 
-    compiled = vars(cpu._kernels(parallel))
+    compiled = {
+        **vars(cpu._kernels(parallel)),
+        "conv_weight_gradient": convolution.weight_gradient,
+        "conv_input_gradient": convolution.input_gradient,
+    }
 
     def wrapped(kernel):
         return unwatched(lambda *args: kernel(*(_as_numpy(value) for value in args)))
 
-    own = ("pack", "windows", "window_rows")
+    own = ("pack", "windows")
     found = {name: wrapped(compiled[name]) for name in KERNELS if name not in own}
     return SimpleNamespace(
         **found,
         pack=unwatched(lambda b: torch.from_numpy(product.pack(_as_numpy(b)))),
-        windows=lambda x, kernel, stride: product.windows(_as_numpy(x), kernel, stride),
-        window_rows=product.window_rows,
+        windows=lambda x, kernel, stride: convolution.windows(_as_numpy(x), kernel, stride),
     )
 
 

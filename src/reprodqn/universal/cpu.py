@@ -101,69 +101,6 @@ def _sums(parallel: bool) -> dict:
 
 
 @functools.cache
-def _windows(parallel: bool):
-    """A convolution's windows as rows (a copy), and the input gradient from theirs."""
-    from numba import njit, prange
-
-    jit = functools.partial(njit, **JIT)
-
-    @jit(parallel=parallel)
-    def col2im(dcols, grad_x, stride):
-        """grad_x[n, c, y, x] = for (ky, kx) ascending, from +0: + dcols[n, oy, ox, c, ky,
-        kx] over the window positions that read the pixel: each pixel's chain summed in a
-        register (flat indices: numba's six-dimensional indexing costs more than the sum)."""
-        batch, out_h, out_w, channels, kernel, _ = dcols.shape
-        height, width = grad_x.shape[2], grad_x.shape[3]
-        source, target = dcols.reshape(-1), grad_x.reshape(-1)
-        window = channels * kernel * kernel
-        for job in prange(batch * height):
-            n, y = job // height, job % height
-            oys, kys, rows = np.empty(kernel, np.int64), np.empty(kernel, np.int64), 0
-            for ky in range(kernel):  # the window rows that read pixel row y, ky ascending
-                t = y - ky
-                if t >= 0 and t % stride == 0 and t // stride < out_h:
-                    oys[rows], kys[rows] = t // stride, ky
-                    rows += 1
-            oxs, kxs = np.empty(kernel, np.int64), np.empty(kernel, np.int64)
-            for x in range(width):
-                columns = 0
-                for kx in range(kernel):
-                    t = x - kx
-                    if t >= 0 and t % stride == 0 and t // stride < out_w:
-                        oxs[columns], kxs[columns] = t // stride, kx
-                        columns += 1
-                for c in range(channels):
-                    acc = np.float32(0.0)
-                    for i in range(rows):
-                        for j in range(columns):
-                            at = ((n * out_h + oys[i]) * out_w + oxs[j]) * window
-                            acc = acc + source[at + (c * kernel + kys[i]) * kernel + kxs[j]]
-                    target[((n * channels + c) * height + y) * width + x] = acc
-
-    @jit(parallel=parallel)
-    def im2col(x, windows, stride):
-        """windows[n, oy, ox, c, ky, kx] = x[n, c, oy*stride + ky, ox*stride + kx]: a copy
-        (flat indices, as col2im's)."""
-        batch, out_h, out_w, channels, kernel, _ = windows.shape
-        height, width = x.shape[2], x.shape[3]
-        source, target = x.reshape(-1), windows.reshape(-1)
-        for job in prange(batch * out_h):
-            n = job // out_h
-            oy = job - n * out_h
-            at = job * out_w * channels * kernel * kernel
-            for ox in range(out_w):
-                for c in range(channels):
-                    for ky in range(kernel):
-                        row = ((n * channels + c) * height + oy * stride + ky) * width
-                        start = row + ox * stride
-                        for kx in range(kernel):
-                            target[at + kx] = source[start + kx]
-                        at += kernel
-
-    return col2im, im2col
-
-
-@functools.cache
 def _elementwise(parallel: bool) -> dict:
     """The input scaling, ReLU and its gradient, and a plain fma."""
     from numba import njit, prange
@@ -285,11 +222,8 @@ def kernels() -> SimpleNamespace:
 
 @functools.cache
 def _kernels(parallel: bool) -> SimpleNamespace:
-    col2im, im2col = _windows(parallel)
     found = SimpleNamespace(
         fma32=fma32(),
-        col2im=col2im,
-        im2col=im2col,
         gemm=functools.partial(product.gemm, parallel=parallel),
         **_sums(parallel),
         **_elementwise(parallel),

@@ -102,9 +102,24 @@ def windows(x: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:
     return found.view(batch, out_h * out_w, -1)
 
 
-def window_rows(found: torch.Tensor) -> torch.Tensor:
-    """The same windows as gemm's B: (n, oy, ox) down, (c, ky, kx) across."""
-    return found.reshape(1, -1, found.shape[2])
+def conv_weight_gradient(dy: torch.Tensor, found: torch.Tensor, grad_w: torch.Tensor) -> None:
+    """grad_w (OC, C*k*k) = dy (B, OC, P) times the windows (B, P, C*k*k): a chain over
+    (n, p) ascending."""
+    out_c = dy.shape[1]
+    dy_rows = dy.permute(1, 0, 2).reshape(1, out_c, -1)  # a copy: (n, p) ascending
+    gemm(dy_rows, found.reshape(1, -1, found.shape[2]), grad_w.view(1, out_c, -1))
+
+
+def conv_input_gradient(dy: torch.Tensor, weight: torch.Tensor, grad_x: torch.Tensor,
+                        stride: int) -> None:  # fmt: skip
+    """Each window's columns dy^T[n] W (a chain over oc), then each pixel the sum from +0
+    of its columns in (ky, kx) ascending (col2im)."""
+    batch, out_c, out_h, out_w = dy.shape
+    _, channels, kernel, _ = weight.shape
+    dcols = weight.new_empty((batch, out_h, out_w, channels, kernel, kernel))
+    rows = dcols.view(batch, out_h * out_w, -1)
+    gemm(dy.view(batch, out_c, -1).permute(0, 2, 1), weight.view(1, out_c, -1), rows)
+    col2im(dcols, grad_x, stride)
 
 
 def col2im(dcols: torch.Tensor, grad_x: torch.Tensor, stride: int) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from reprodqn.universal import backend, cpu, layers, product
+from reprodqn.universal import backend, convolution, cpu, layers
 from reprodqn.universal.errors import NumericsError
 
 
@@ -35,7 +35,7 @@ def _conv(kernels, layer: layers.Conv2d, x: np.ndarray) -> np.ndarray:
     out_c, kernel, stride = layer.out_channels, layer.kernel_size[0], layer.stride[0]
     out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
     out = np.empty((batch, out_h * out_w, out_c), np.float32)
-    kernels.gemm(product.windows(x, kernel, stride), _packed(layer), out)
+    kernels.gemm(convolution.windows(x, kernel, stride), _packed(layer), out)
     if layer.bias is not None:
         kernels.add_column_bias(out.reshape(-1, out_c), layer.bias.detach().numpy())
     channels_first = np.ascontiguousarray(out.transpose(0, 2, 1))

@@ -27,8 +27,9 @@ f32 = np.float32
 class _Conv2dFunction(torch.autograd.Function):
     """The products with positions as rows: y^T[n] = windows[n] W^T (each output's chain
     over (c, ky, kx)); dW = dy (n, p) windows (a chain over (n, p)); the windows'
-    gradient dy^T[n] W (a chain over oc), summed onto the input by col2im. The windows
-    are the backend's: read in place from x on a CPU, an im2col copy on a GPU."""
+    gradient dy^T[n] W (a chain over oc), summed onto the input pixel by pixel in (ky, kx)
+    order. How each backend lays these out (windows read in place on a CPU, an im2col copy
+    on a GPU) is its own: the chains are the spec's."""
 
     @staticmethod
     @unwatched
@@ -52,22 +53,17 @@ class _Conv2dFunction(torch.autograd.Function):
     def backward(ctx, grad_out):
         k = kernels_for(grad_out)
         (weight,) = ctx.saved_tensors
-        w, windows, x_shape = operand(weight, "conv2d weight"), ctx.windows, ctx.x.shape
-        batch, out_c, out_h, out_w = grad_out.shape
-        dy = operand(grad_out, "conv2d gradient").view(batch, out_c, -1)
-        dy_rows = dy.permute(1, 0, 2).contiguous().view(1, out_c, -1)
-        grad_w = w.new_empty((1, out_c, w[0].numel()))
-        k.gemm(dy_rows, k.window_rows(windows), grad_w)
+        w = operand(weight, "conv2d weight")
+        dy = operand(grad_out, "conv2d gradient")
+        batch, out_c = dy.shape[:2]
+        grad_w = w.new_empty((out_c, w[0].numel()))
+        k.conv_weight_gradient(dy.view(batch, out_c, -1), ctx.windows, grad_w)
         grad_b = w.new_empty(out_c)
-        k.sum_channel_major(dy, grad_b)
+        k.sum_channel_major(dy.view(batch, out_c, -1), grad_b)
         grad_x = None
         if ctx.needs_input_grad[0]:
-            kernel, channels = w.shape[2], x_shape[1]
-            dcols = w.new_empty((batch, out_h, out_w, channels, kernel, kernel))
-            rows = dcols.view(batch, out_h * out_w, -1)
-            k.gemm(dy.permute(0, 2, 1).contiguous(), w.view(1, out_c, -1), rows)
-            grad_x = w.new_empty(x_shape)
-            k.col2im(dcols, grad_x, ctx.stride)
+            grad_x = w.new_empty(ctx.x.shape)
+            k.conv_input_gradient(dy, w, grad_x, ctx.stride)
             grad_x = checked(grad_x, "conv2d input gradient")
         return (
             grad_x,

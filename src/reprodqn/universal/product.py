@@ -1,6 +1,7 @@
 """The universal product on a CPU: out = A @ B with each output one chain of fma over k
 ascending from +0 (reference.chain), driven over tiles.py's register tiles in the order of
-Goto and van de Geijn's GEMM, with a convolution's windows read in place from its input.
+Goto and van de Geijn's GEMM; A may be gathered (a convolution's windows read in place from
+its input: convolution.py).
 
 Written by hand because no library computes a product in one written order (BLAS, oneDNN
 and MKL block and split their sums differently per instruction set); how k is blocked, how
@@ -26,8 +27,8 @@ def _block_depth(columns: int) -> int:
 
 
 class Gathered(NamedTuple):
-    """A matrix read in place: element (i, j) is flat[rows[i] + cols[j]]. As gemm's A, rows
-    is (samples, M); as its B, (K,). A convolution's windows are their input this way, so
+    """A matrix read in place: element (i, j) of sample n is flat[rows[n, i] + cols[j]]
+    (rows (samples, M)), as gemm's A. A convolution's windows are their input this way, so
     no copy of them is made."""
 
     flat: np.ndarray
@@ -36,34 +37,9 @@ class Gathered(NamedTuple):
 
 
 @functools.cache
-def _window_offsets(shape: tuple[int, ...], kernel: int, stride: int):
-    batch, channels, height, width = shape
-    out_h, out_w = (height - kernel) // stride + 1, (width - kernel) // stride + 1
-    image = np.arange(batch, dtype=np.int64)[:, None, None] * channels * height * width
-    corner = (np.arange(out_h) * stride * width)[:, None] + np.arange(out_w) * stride
-    rows = (image + corner[None]).reshape(batch, out_h * out_w)
-    cols = (np.arange(channels)[:, None, None] * height * width
-            + (np.arange(kernel) * width)[:, None] + np.arange(kernel)).reshape(-1)  # fmt: skip
-    return rows, cols.astype(np.int64)
-
-
-def windows(x: np.ndarray, kernel: int, stride: int) -> Gathered:
-    """A convolution's windows of x (B, C, H, W) in place, as gemm's A: row (n, oy, ox),
-    column (c, ky, kx) in the weight's order, what im2col would copy."""
-    rows, cols = _window_offsets(x.shape, kernel, stride)
-    return Gathered(np.ascontiguousarray(x).reshape(-1), rows, cols)
-
-
-def window_rows(found: Gathered) -> Gathered:
-    """The same windows as gemm's B: (n, oy, ox) down, (c, ky, kx) across."""
-    return Gathered(found.flat, found.rows.reshape(-1), found.cols)
-
-
-@functools.cache
 def _packer(parallel: bool):
-    """Rows k0 .. k0 + size of B as panels of the tile's width, each contiguous (panels,
-    size, width), zero past the last column: a copy that reads B row by row. B is a
-    matrix (K, N), or gathered (flat, rows, cols)."""
+    """Rows k0 .. k0 + size of B (K, N) as panels of the tile's width, each contiguous
+    (panels, size, width), zero past the last column: a copy that reads B row by row."""
     from numba import njit, prange
 
     columns = tiles.tile().columns
@@ -84,19 +60,7 @@ def _packer(parallel: bool):
                     j = whole * columns + lane
                     target[lane] = row[j] if j < width else np.float32(0.0)
 
-    @njit(parallel=parallel, fastmath=False, error_model="numpy", nogil=True)
-    def pack_gathered(flat, rows, cols, k0, size, packed):
-        width = cols.shape[0]
-        for kk in prange(size):
-            start = rows[k0 + kk]
-            for panel in range(packed.shape[0]):
-                target, first = packed[panel, kk], panel * columns
-                for lane in range(min(columns, width - first)):
-                    target[lane] = flat[start + cols[first + lane]]
-                for lane in range(min(columns, width - first), columns):
-                    target[lane] = np.float32(0.0)
-
-    return pack_rows, pack_gathered
+    return pack_rows
 
 
 def pack(b: np.ndarray) -> np.ndarray:
@@ -109,7 +73,7 @@ def pack(b: np.ndarray) -> np.ndarray:
         if b[n].strides[0] == 4 and b[n].strides[1] > 4:  # a transposed view: read as it lies
             _transposed_packer()(b[n].T, packed[n])
         else:
-            _packer(threads() > 1)[0](np.ascontiguousarray(b[n]), 0, depth, packed[n])
+            _packer(threads() > 1)(np.ascontiguousarray(b[n]), 0, depth, packed[n])
     return packed
 
 
@@ -204,35 +168,33 @@ def _driver(parallel: bool, gathered: bool):
     kernel = tiles.tile()
     tile_rows, tile_columns = kernel.rows, kernel.columns
     run_rows = tile_rows * 16  # rows per job: enough jobs for the threads at batch 1
-    pack_rows, pack_gathered = _packer(parallel)
+    pack_rows = _packer(parallel)
     run_tile = _tile_runner(gathered)
 
     @njit(parallel=parallel, fastmath=False, error_model="numpy", nogil=True)
-    def tiled(a, a_rows, ks, depth, b, prepacked, b_flat, b_rows, b_cols, c, block_depth):
+    def tiled(a, a_rows, ks, depth, b, prepacked, c, block_depth):
         batch, rows, width = c.shape  # width: whole panels
         panels = width // tile_columns
         runs = (rows + run_rows - 1) // run_rows
-        mode = 0 if b.shape[0] else 1 if prepacked.shape[0] else 2  # matrix, packed, gathered
-        samples = b.shape[0] if mode == 0 else prepacked.shape[0] if mode == 1 else 1
+        to_pack = b.shape[0] > 0
+        samples = b.shape[0] if to_pack else prepacked.shape[0]
         per_b = batch if samples == 1 else 1  # the samples each B serves
-        buffer = np.empty((0 if mode == 1 else panels, block_depth, tile_columns), np.float32)
+        buffer = np.empty((panels if to_pack else 0, block_depth, tile_columns), np.float32)
         for nb in range(samples):
             for k in range(0, depth, block_depth):
                 size = min(block_depth, depth - k)
-                if mode == 0:
+                if to_pack:
                     pack_rows(b[nb], k, size, buffer)
-                elif mode == 2:
-                    pack_gathered(b_flat, b_rows, b_cols, k, size, buffer)
                 load = 1 if k > 0 else 0
                 for job in prange(per_b * panels * runs):
                     n = nb if samples > 1 else job // (panels * runs)
                     panel = (job // runs) % panels
                     first = (job % runs) * run_rows
                     last = min(rows, first + run_rows)
-                    if mode == 1:
-                        b_at = prepacked[nb, panel, k:].ctypes.data
-                    else:
+                    if to_pack:
                         b_at = buffer[panel].ctypes.data
+                    else:
+                        b_at = prepacked[nb, panel, k:].ctypes.data
                     c_at = c[n, first:, panel * tile_columns :].ctypes.data
                     for m in range(first, last, tile_rows):
                         c_m = c_at + (m - first) * width * 4
@@ -243,21 +205,20 @@ def _driver(parallel: bool, gathered: bool):
 
 
 _NO_MATRIX = (np.empty((0, 0, 0), np.float32), np.empty((0, 0, 0, 0), np.float32))
-_NO_GATHERED = (np.empty(0, np.float32), np.empty(0, np.int64), np.empty(0, np.int64))
 _NO_OFFSETS = (np.empty((0, 0), np.int64), np.empty(0, np.int64))
 
 
 def gemm(
     a: np.ndarray | Gathered,
-    b: np.ndarray | Gathered,
+    b: np.ndarray,
     out: np.ndarray,
     parallel: bool | None = None,
     block_depth: int | None = None,
 ) -> None:
     """out[n] = a[n or 0] @ b[n or 0], each output one fma chain over k ascending from +0
-    (reference.chain). a (A, M, K) or Gathered (A's rows (A, M)); b (B, K, N), its panels
-    from `pack` (B, panels, K, tile width) or Gathered (one B); out (max(A, B), M, N),
-    float32. `block_depth` (k per block) changes speed only; a test sets it."""
+    (reference.chain). a (A, M, K) or Gathered (A's rows (A, M)); b (B, K, N) or its
+    panels from `pack` (B, panels, K, tile width); out (max(A, B), M, N), float32.
+    `block_depth` (k per block) changes speed only; a test sets it."""
     gathered_a = isinstance(a, Gathered)
     if isinstance(a, Gathered):
         operand_a: tuple[np.ndarray, ...] = tuple(a)
@@ -274,14 +235,11 @@ def gemm(
     whole = width % columns == 0 and out.flags.c_contiguous
     c = out if whole else np.empty((*out.shape[:2], -(-width // columns) * columns), np.float32)
     matrix, packed = _NO_MATRIX
-    gathered_b: tuple[np.ndarray, ...] = _NO_GATHERED
-    if isinstance(b, Gathered):
-        gathered_b = tuple(b)
-    elif b.ndim == 4:
+    if b.ndim == 4:
         packed = b
     else:
         matrix = b if b.strides[2] == 4 else np.ascontiguousarray(b)
-    blocks = block_depth or (depth if packed.shape[0] else _block_depth(columns))
-    _driver(parallel, gathered_a)(*operand_a, depth, matrix, packed, *gathered_b, c, blocks)
+    blocks = block_depth or _block_depth(columns)
+    _driver(parallel, gathered_a)(*operand_a, depth, matrix, packed, c, blocks)
     if not whole:
         out[...] = c[:, :, :width]
