@@ -108,6 +108,34 @@ def _gradient_rows(batch: int, channels: int, positions: int) -> tuple[np.ndarra
     return rows, np.arange(channels, dtype=np.int64) * positions
 
 
+@functools.cache
+def _input_gradient(parallel: bool):
+    """input_gradient's loop: a few samples' columns at a time, each chunk summed onto its
+    pixels while it is still in L2 (all at once, the columns were 5 MB written and read
+    back). Not cached on disk: the product calls the tiles by their address here."""
+    from numba import njit
+
+    from reprodqn.universal.product import IN_PLACE_DEPTH, _driver
+
+    tiled, sum_onto_pixels = _driver(parallel, True), _movers(parallel)[1]
+    no_packed = np.empty((0, 0, 0, 0), np.float32)
+
+    @njit(fastmath=False, error_model="numpy", nogil=True)
+    def by_chunks(flat, rows, ks, channels_last, grad_x, stride, shape, chunk):
+        out_h, out_w, kernel, _, channels = shape
+        width = channels_last.shape[2]
+        buffer = np.empty((chunk, out_h * out_w, width), np.float32)
+        for n in range(0, rows.shape[0], chunk):
+            size = min(chunk, rows.shape[0] - n)
+            columns = buffer[:size]
+            tiled(flat, rows[n : n + size], ks, ks.shape[0], channels_last, no_packed, True,
+                  columns, IN_PLACE_DEPTH)  # fmt: skip
+            shaped = columns.reshape(size, out_h, out_w, kernel, kernel, channels)
+            sum_onto_pixels(shaped, grad_x[n : n + size], stride)
+
+    return by_chunks
+
+
 def input_gradient(dy: np.ndarray, weight: np.ndarray, grad_x: np.ndarray, stride: int) -> None:
     """grad_x (B, C, H, W) from dy (B, OC, OH, OW) and W (OC, C, k, k): each window's
     columns a chain over oc (dy read in place; W's columns ordered (ky, kx, c)), then each
@@ -116,7 +144,12 @@ def input_gradient(dy: np.ndarray, weight: np.ndarray, grad_x: np.ndarray, strid
     _, channels, kernel, _ = weight.shape
     rows, ks = _gradient_rows(batch, out_c, out_h * out_w)
     channels_last = np.ascontiguousarray(weight.transpose(0, 2, 3, 1)).reshape(1, out_c, -1)
-    dcols = np.empty((batch, out_h * out_w, kernel * kernel * channels), np.float32)
-    gemm(Gathered(np.ascontiguousarray(dy).reshape(-1), rows, ks), channels_last, dcols)
-    shaped = dcols.reshape(batch, out_h, out_w, kernel, kernel, channels)
-    _movers(threads() > 1)[1](shaped, grad_x, stride)
+    if channels_last.shape[2] % tiles.tile().columns:  # not whole panels: gemm pads them
+        dcols = np.empty((batch, out_h * out_w, channels_last.shape[2]), np.float32)
+        gemm(Gathered(np.ascontiguousarray(dy).reshape(-1), rows, ks), channels_last, dcols)
+        shaped = dcols.reshape(batch, out_h, out_w, kernel, kernel, channels)
+        _movers(threads() > 1)[1](shaped, grad_x, stride)
+        return
+    shape = (out_h, out_w, kernel, kernel, channels)
+    _input_gradient(threads() > 1)(np.ascontiguousarray(dy).reshape(-1), rows, ks,
+                                   channels_last, grad_x, stride, shape, threads())  # fmt: skip

@@ -26,6 +26,9 @@ def _block_depth(columns: int) -> int:
     return max(32, 4096 // columns)
 
 
+IN_PLACE_DEPTH = 64
+
+
 class Gathered(NamedTuple):
     """A matrix read in place: element (i, j) of sample n is flat[rows[n, i] + cols[j]]
     (rows (samples, M)), as gemm's A. A convolution's windows are their input this way, so
@@ -102,53 +105,53 @@ def _transposed_packer():
 
 @functools.cache
 def _tile_runner(gathered: bool):
-    """run_tile(r, a, a_rows, ks, n, m, k, b_at, c_m, width, size, load): the r-row tile
-    on A's rows m.. of sample n from column k: a matrix's, or gathered ones."""
+    """run_tile(r, a, a_rows, ks, n, m, k, b_at, ldb, c_m, width, size, load): the r-row
+    tile on A's rows m.. of sample n from column k (a matrix's, or gathered ones), B's rows
+    ldb apart from b_at."""
     from numba import njit
 
     kernel = tiles.tile()
-    tile_columns = kernel.columns
     jit = njit(fastmath=False, error_model="numpy", nogil=True, inline="always")
     if gathered:
         g_1, g_2, g_3, g_4, g_5, g_6 = kernel.gathered
 
         @jit
-        def run_tile(r, a, a_rows, ks, n, m, k, b_at, c_m, width, size, load):
+        def run_tile(r, a, a_rows, ks, n, m, k, b_at, ldb, c_m, width, size, load):
             a_at = a.ctypes.data
             r_at = a_rows[n if a_rows.shape[0] > 1 else 0, m:].ctypes.data
             k_at = ks[k:].ctypes.data
             if r == 6:
-                g_6(a_at, r_at, k_at, b_at, tile_columns, c_m, width, size, load)
+                g_6(a_at, r_at, k_at, b_at, ldb, c_m, width, size, load)
             elif r == 5:
-                g_5(a_at, r_at, k_at, b_at, tile_columns, c_m, width, size, load)
+                g_5(a_at, r_at, k_at, b_at, ldb, c_m, width, size, load)
             elif r == 4:
-                g_4(a_at, r_at, k_at, b_at, tile_columns, c_m, width, size, load)
+                g_4(a_at, r_at, k_at, b_at, ldb, c_m, width, size, load)
             elif r == 3:
-                g_3(a_at, r_at, k_at, b_at, tile_columns, c_m, width, size, load)
+                g_3(a_at, r_at, k_at, b_at, ldb, c_m, width, size, load)
             elif r == 2:
-                g_2(a_at, r_at, k_at, b_at, tile_columns, c_m, width, size, load)
+                g_2(a_at, r_at, k_at, b_at, ldb, c_m, width, size, load)
             else:
-                g_1(a_at, r_at, k_at, b_at, tile_columns, c_m, width, size, load)
+                g_1(a_at, r_at, k_at, b_at, ldb, c_m, width, size, load)
 
     else:
         t_1, t_2, t_3, t_4, t_5, t_6 = kernel.functions
 
         @jit
-        def run_tile(r, a, a_rows, ks, n, m, k, b_at, c_m, width, size, load):
+        def run_tile(r, a, a_rows, ks, n, m, k, b_at, ldb, c_m, width, size, load):
             depth = a.shape[2]
             a_at = a[n if a.shape[0] > 1 else 0, m:, k:].ctypes.data
             if r == 6:
-                t_6(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+                t_6(a_at, depth, b_at, ldb, c_m, width, size, load)
             elif r == 5:
-                t_5(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+                t_5(a_at, depth, b_at, ldb, c_m, width, size, load)
             elif r == 4:
-                t_4(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+                t_4(a_at, depth, b_at, ldb, c_m, width, size, load)
             elif r == 3:
-                t_3(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+                t_3(a_at, depth, b_at, ldb, c_m, width, size, load)
             elif r == 2:
-                t_2(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+                t_2(a_at, depth, b_at, ldb, c_m, width, size, load)
             else:
-                t_1(a_at, depth, b_at, tile_columns, c_m, width, size, load)
+                t_1(a_at, depth, b_at, ldb, c_m, width, size, load)
 
     return run_tile
 
@@ -172,12 +175,13 @@ def _driver(parallel: bool, gathered: bool):
     run_tile = _tile_runner(gathered)
 
     @njit(parallel=parallel, fastmath=False, error_model="numpy", nogil=True)
-    def tiled(a, a_rows, ks, depth, b, prepacked, c, block_depth):
+    def tiled(a, a_rows, ks, depth, b, prepacked, in_place, c, block_depth):
         batch, rows, width = c.shape  # width: whole panels
         panels = width // tile_columns
         runs = (rows + run_rows - 1) // run_rows
-        to_pack = b.shape[0] > 0
-        samples = b.shape[0] if to_pack else prepacked.shape[0]
+        to_pack = b.shape[0] > 0 and not in_place
+        samples = b.shape[0] if b.shape[0] else prepacked.shape[0]
+        ldb = width if in_place else tile_columns
         per_b = batch if samples == 1 else 1  # the samples each B serves
         buffer = np.empty((panels if to_pack else 0, block_depth, tile_columns), np.float32)
         for nb in range(samples):
@@ -191,7 +195,9 @@ def _driver(parallel: bool, gathered: bool):
                     panel = (job // runs) % panels
                     first = (job % runs) * run_rows
                     last = min(rows, first + run_rows)
-                    if to_pack:
+                    if in_place:
+                        b_at = b[nb, k, panel * tile_columns :].ctypes.data
+                    elif to_pack:
                         b_at = buffer[panel].ctypes.data
                     else:
                         b_at = prepacked[nb, panel, k:].ctypes.data
@@ -199,7 +205,7 @@ def _driver(parallel: bool, gathered: bool):
                     for m in range(first, last, tile_rows):
                         c_m = c_at + (m - first) * width * 4
                         r = min(tile_rows, last - m)
-                        run_tile(r, a, a_rows, ks, n, m, k, b_at, c_m, width, size, load)
+                        run_tile(r, a, a_rows, ks, n, m, k, b_at, ldb, c_m, width, size, load)
 
     return tiled
 
@@ -238,8 +244,11 @@ def gemm(
     if b.ndim == 4:
         packed = b
     else:
-        matrix = b if b.strides[2] == 4 else np.ascontiguousarray(b)
-    blocks = block_depth or _block_depth(columns)
-    _driver(parallel, gathered_a)(*operand_a, depth, matrix, packed, c, blocks)
+        matrix = np.ascontiguousarray(b)
+    # B's rows read in place where they are whole panels: no copy, but they lie ldb apart,
+    # and few L1 sets hold a long block of them
+    in_place = matrix.shape[0] > 0 and matrix.shape[2] == width and width % columns == 0
+    blocks = block_depth or (IN_PLACE_DEPTH if in_place else _block_depth(columns))
+    _driver(parallel, gathered_a)(*operand_a, depth, matrix, packed, in_place, c, blocks)
     if not whole:
         out[...] = c[:, :, :width]
