@@ -201,3 +201,39 @@ def test_isa_setting_names_the_floor_and_the_machine():
         "pinned to avx2 (machine offers avx512, torch used AVX2)"
     )
     assert analysis.isa_setting(None).startswith("unknown")
+
+
+@pytest.mark.parametrize(
+    "device, numerics, drawn",
+    [("cpu", "standard", True), ("cuda:0", "universal", True), ("cuda:0", "standard", False)],
+)
+def test_the_gpu_groups_drawn_row_order_is_said_where_it_ran(device, numerics, drawn):
+    """The gpu group's row order is drawn on a CPU and, in the universal numerics (whose
+    kernels are deterministic on a GPU too), on a GPU; in the standard numerics a GPU's own
+    kernels stand. The report says which, and labels the group so."""
+    from reprodqn.config.compute import row_order_drawn
+    from reprodqn.config.study import GPU_ON_CPU, GPU_UNIVERSAL, group_label
+
+    device_type = device.split(":")[0]
+    assert row_order_drawn("random", device_type, numerics) is drawn
+    assert not row_order_drawn("fixed", device_type, numerics)
+    study = fake_study()
+    name = "cpu" if device_type == "cpu" else "NVIDIA H200"
+    for run in study["gpu"]:
+        order = "random" if device_type == "cpu" or numerics == "universal" else "the GPU kernels'"
+        numbers = {"cpu_reduction_order": order}
+        if numerics == "universal":
+            numbers["numerics"] = "universal"
+        run.conditions = {"device": device, "device_name": name, "numerics": numbers}
+    statement = analysis.device_statement(study)
+    assert statement["gpu_emulated_on_cpu"] is drawn
+    assert all(analysis.differs_by_design(run) is drawn for run in study["gpu"])
+    label = group_label("gpu", device_type, "random", numerics)
+    if not drawn:
+        assert label == "gpu" and "allowed nondeterministic GPU operations" in statement["text"]
+    elif device_type == "cpu":
+        assert label == GPU_ON_CPU == statement["group_labels"]["gpu"]
+    else:
+        assert label == GPU_UNIVERSAL == statement["group_labels"]["gpu"]
+        assert "in the universal numerics" in statement["text"]
+        assert "order drawn from OS entropy" in statement["text"]

@@ -42,7 +42,9 @@ class ComputeConfig(Frozen):
         description="random: each update takes its minibatch's rows in an order "
         "drawn from OS entropy (never a seeded stream), so the loss and every weight "
         "gradient sum the same terms in another order, as nondeterministic GPU kernels do; "
-        "the gpu group's on a CPU. On CUDA the real kernels decide and this is ignored.",
+        "the gpu group's on a CPU, and on any device in the universal numerics (whose "
+        "kernels are deterministic on a GPU too). On CUDA in the standard numerics the real "
+        "kernels decide and this is ignored.",
     )
     numerics: Literal["standard", "universal"] = Field(
         "standard",
@@ -70,6 +72,14 @@ class ComputeConfig(Frozen):
         "(refused on a CPU), compute.replay_on_device and an RMSprop optimizer (Adam's "
         "bias correction changes each step).",
     )
+
+
+def row_order_drawn(reduction_order: str, device_type: str, numerics: str) -> bool:
+    """Whether each update takes its minibatch's rows in an order drawn from OS entropy
+    (compute.cpu_reduction_order random): on a CPU, and on any device in the universal
+    numerics, whose kernels are deterministic on a GPU too; on CUDA in the standard numerics
+    the kernels' own order stands."""
+    return reduction_order == "random" and (device_type == "cpu" or numerics == "universal")
 
 
 def check_universal(config) -> None:

@@ -6,19 +6,27 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from reprodqn.config.compute import row_order_drawn
 from reprodqn.config.types import Frozen, PositiveInt, Seed
 from reprodqn.determinism import rng
 
 GROUP_NAMES = ("deterministic", "gpu", "environment", "exploration", "initialization", "minibatch")
-# what a reader is told the gpu group is when it ran on a CPU (compute.cpu_reduction_order)
+# what a reader is told the gpu group is when it ran on a CPU (compute.cpu_reduction_order),
+# or on a GPU in the universal numerics, whose kernels are deterministic there too
 GPU_ON_CPU = "gpu (CPU: reduction order drawn at random, emulating nondeterministic GPU kernels)"
+GPU_UNIVERSAL = (
+    "gpu (universal kernels: reduction order drawn at random, emulating nondeterministic GPU "
+    "kernels)"
+)
 
 
-def group_label(group: str, device_type: str, reduction_order: str) -> str:
+def group_label(
+    group: str, device_type: str, reduction_order: str, numerics: str = "standard"
+) -> str:
     """A group's name as every table, figure and MLflow run shows it."""
-    if group == "gpu" and device_type == "cpu" and reduction_order == "random":
-        return GPU_ON_CPU
-    return group
+    if group != "gpu" or not row_order_drawn(reduction_order, device_type, numerics):
+        return group
+    return GPU_ON_CPU if device_type == "cpu" else GPU_UNIVERSAL
 
 
 class GroupConfig(Frozen):

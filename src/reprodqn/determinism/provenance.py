@@ -220,6 +220,7 @@ def collect(compute_config, root: Path = Path(".")) -> dict:
     from reprodqn.determinism.numerics import resolve_device
 
     device = resolve_device(compute_config.device)
+    numerics = getattr(compute_config, "numerics", "standard")
     gpu = gpu_info()
     conditions = {
         "device": str(device),
@@ -241,10 +242,12 @@ def collect(compute_config, root: Path = Path(".")) -> dict:
             "torch_threads": compute_config.threads,
             "deterministic_gpu_default": compute_config.deterministic_gpu,
             "cpu_reduction_order": (
-                compute_config.cpu_reduction_order if device.type == "cpu" else "the GPU kernels'"
+                compute_config.cpu_reduction_order
+                if device.type == "cpu" or numerics == "universal"
+                else "the GPU kernels'"
             ),
             "environment": {name: os.environ.get(name) for name in isa.NUMERICS_ENV},
-            **universal_record(getattr(compute_config, "numerics", "standard")),
+            **universal_record(numerics),
         },
         "container": container_info(),
         "bundle": git_info(root),

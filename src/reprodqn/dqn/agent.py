@@ -80,8 +80,7 @@ class DQNAgent:
     ):
         self.config = agent_config
         self.numerics = numerics
-        # compute.cpu_reduction_order: on CUDA the kernels' own order stands
-        self.shuffle_rows = reduction_order == "random" and device.type == "cpu"
+        self.shuffle_rows = row_order_drawn(reduction_order, device.type, numerics)
         self.priority = priority_config  # None: uniform replay, the authors' rule
         self.n_actions = n_actions
         self.device = device

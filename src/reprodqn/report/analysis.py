@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from reprodqn.config.study import GPU_ON_CPU, GROUP_NAMES
+from reprodqn.config.study import GPU_ON_CPU, GPU_UNIVERSAL, GROUP_NAMES
 from reprodqn.core import workspace
 
 # Table 1 of the paper (Breakout, 5 agents per group, 20M steps)
@@ -162,12 +162,13 @@ CHAINS = workspace.CHAINS  # the chains two runs are compared on
 
 
 def differs_by_design(run: RunResult) -> bool:
-    """A run trained on a CPU with its reduction order drawn from OS entropy (the gpu group's
-    emulation of nondeterministic GPU kernels): no two trainings give its chain."""
+    """A run trained with its reduction order drawn from OS entropy (the gpu group's
+    emulation of nondeterministic GPU kernels: on a CPU, or on any device in the universal
+    numerics): no two trainings give its chain."""
     conditions = run.conditions or {}
-    return (
-        conditions.get("device") == "cpu"
-        and conditions.get("numerics", {}).get("cpu_reduction_order") == "random"
+    numerics = conditions.get("numerics", {})
+    return numerics.get("cpu_reduction_order") == "random" and (
+        conditions.get("device") == "cpu" or numerics.get("numerics") == "universal"
     )
 
 
@@ -266,46 +267,59 @@ def device_statement(study: dict[str, list[RunResult]]) -> dict:
     det_runs = [r for r in study.get("deterministic", []) if r.hashes]
     same = bool(gpu_runs and det_runs) and all(r.hashes == det_runs[0].hashes for r in gpu_runs)
     emulated = bool(gpu_runs) and all(differs_by_design(r) for r in gpu_runs)
-    labels = {g: GPU_ON_CPU if emulated and g == "gpu" else g for g in GROUP_NAMES}
-    if on_gpu:
-        text = (
-            f"The study ran on {', '.join(names)}. The gpu group allowed nondeterministic "
-            "GPU operations."
-        )
-    elif emulated:
-        text = (
-            "The study ran on the CPU. Its gpu group emulates nondeterministic GPU "
-            "kernels: every update sums its minibatch's rows in an order drawn from OS "
-            "entropy (compute.cpu_reduction_order: random), so the loss and every weight "
-            "gradient add the same terms in another order, as atomic adds on a GPU do."
-        )
-    elif "gpu" not in study:
-        text = (
-            "The study ran on the CPU, which has no GPU nondeterminism to show, and left "
-            "the gpu group out."
-        )
-    else:
-        text = (
-            "The study ran on the CPU, which has no GPU nondeterminism to show: the gpu "
-            "group turned deterministic algorithms off, but its CPU kernels are "
-            "deterministic at a fixed thread count, so "
-            + (
-                "its hash chains equal the deterministic group's."
-                if same
-                else "any difference from the deterministic group is not GPU nondeterminism."
-            )
-        )
+    label = GPU_UNIVERSAL if on_gpu else GPU_ON_CPU
+    labels = {g: label if emulated and g == "gpu" else g for g in GROUP_NAMES}
+    text = _device_text(names, on_gpu, emulated, "gpu" in study, same)
     if isas:
         text += f" CPU instruction set: {'; '.join(isas)}."
     return {
         "devices": names,
         "on_gpu": on_gpu,
         "gpu_group_equals_deterministic": same,
+        # the name shipped reports carry (a GPU in the universal numerics emulates too)
         "gpu_emulated_on_cpu": emulated,
         "group_labels": labels,
         "cpu_isa": isas,
         "text": text,
     }
+
+
+def _device_text(names: list[str], on_gpu: bool, emulated: bool, has_gpu: bool, same: bool):
+    """Where the study ran, and what its gpu group did there, in words."""
+    if on_gpu and emulated:
+        return (
+            f"The study ran on {', '.join(names)} in the universal numerics, whose kernels "
+            "are deterministic on a GPU too. Its gpu group emulates nondeterministic GPU "
+            "kernels as on a CPU: every update sums its minibatch's rows in an order drawn "
+            "from OS entropy (compute.cpu_reduction_order: random)."
+        )
+    if on_gpu:
+        return (
+            f"The study ran on {', '.join(names)}. The gpu group allowed nondeterministic "
+            "GPU operations."
+        )
+    if emulated:
+        return (
+            "The study ran on the CPU. Its gpu group emulates nondeterministic GPU "
+            "kernels: every update sums its minibatch's rows in an order drawn from OS "
+            "entropy (compute.cpu_reduction_order: random), so the loss and every weight "
+            "gradient add the same terms in another order, as atomic adds on a GPU do."
+        )
+    if not has_gpu:
+        return (
+            "The study ran on the CPU, which has no GPU nondeterminism to show, and left "
+            "the gpu group out."
+        )
+    return (
+        "The study ran on the CPU, which has no GPU nondeterminism to show: the gpu "
+        "group turned deterministic algorithms off, but its CPU kernels are "
+        "deterministic at a fixed thread count, so "
+        + (
+            "its hash chains equal the deterministic group's."
+            if same
+            else "any difference from the deterministic group is not GPU nondeterminism."
+        )
+    )
 
 
 def isa_setting(conditions: dict | None) -> str:

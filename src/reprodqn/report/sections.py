@@ -83,9 +83,10 @@ def divergence_lines(parting: dict[str, dict], device: dict) -> list[str]:
                 f"{cell(d['losses'])} | {cell(d['evaluation'])} |"
             )
     if "gpu" in parting and device.get("gpu_emulated_on_cpu"):
+        where = "a GPU in the universal numerics" if device.get("on_gpu") else "a CPU"
         lines += [
             "",
-            "On a CPU the gpu group's runs part through the order of their sums "
+            f"On {where} the gpu group's runs part through the order of their sums "
             "alone: each update takes its minibatch's rows in an order drawn from OS "
             "entropy, the mechanism of nondeterministic GPU kernels (atomic adds), "
             "with the same seeds and the same mathematics.",

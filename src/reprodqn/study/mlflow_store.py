@@ -212,7 +212,10 @@ class RunTracker:
             **parent,
             "mlflow.runName": f"{config.group}/{config.run}",
             f"{TAG}group_label": group_label(
-                config.group, device, config.compute.cpu_reduction_order
+                config.group,
+                device,
+                config.compute.cpu_reduction_order,
+                config.compute.numerics,
             ),
             f"{TAG}algorithm": algorithm_name(config),
             f"{TAG}seeds": json.dumps(seeds, sort_keys=True),
