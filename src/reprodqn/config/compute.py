@@ -74,14 +74,6 @@ class ComputeConfig(Frozen):
     )
 
 
-def row_order_drawn(reduction_order: str, device_type: str, numerics: str) -> bool:
-    """Whether each update takes its minibatch's rows in an order drawn from OS entropy
-    (compute.cpu_reduction_order random): on a CPU, and on any device in the universal
-    numerics, whose kernels are deterministic on a GPU too; on CUDA in the standard numerics
-    the kernels' own order stands."""
-    return reduction_order == "random" and (device_type == "cpu" or numerics == "universal")
-
-
 def check_universal(config) -> None:
     """What the universal mode computes, said in one line naming the field it lacks."""
     if config.compute.numerics != "universal":
