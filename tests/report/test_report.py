@@ -212,7 +212,7 @@ def test_the_gpu_groups_drawn_row_order_is_said_where_it_ran(device, numerics, d
     kernels are deterministic on a GPU too), on a GPU; in the standard numerics a GPU's own
     kernels stand. The report says which, and labels the group so."""
     from reprodqn.config.study import GPU_ON_CPU, GPU_UNIVERSAL, group_label
-    from reprodqn.determinism.numerics import row_order_drawn
+    from reprodqn.determinism.provenance import row_order_drawn
 
     device_type = device.split(":")[0]
     assert row_order_drawn("random", device_type, numerics) is drawn

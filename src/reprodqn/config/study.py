@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from reprodqn.config.types import Frozen, PositiveInt, Seed
 from reprodqn.determinism import rng
-from reprodqn.determinism.numerics import row_order_drawn
+from reprodqn.determinism.provenance import row_order_drawn
 
 GROUP_NAMES = ("deterministic", "gpu", "environment", "exploration", "initialization", "minibatch")
 # what a reader is told the gpu group is when it ran on a CPU (compute.cpu_reduction_order),

@@ -137,11 +137,3 @@ def configure_universal(mode: str, threads: int, device=None) -> dict:
 
         record["universal_backend"] = cuda.configure(torch.device(device))
     return record
-
-
-def row_order_drawn(reduction_order: str, device_type: str, numerics: str) -> bool:
-    """Whether each update takes its minibatch's rows in an order drawn from OS entropy
-    (compute.cpu_reduction_order random): on a CPU, and on any device in the universal
-    numerics, whose kernels are deterministic on a GPU too; on CUDA in the standard numerics
-    the kernels' own order stands."""
-    return reduction_order == "random" and (device_type == "cpu" or numerics == "universal")

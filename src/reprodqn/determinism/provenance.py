@@ -215,6 +215,14 @@ def container_info() -> dict:
     }
 
 
+def row_order_drawn(reduction_order: str, device_type: str, numerics: str) -> bool:
+    """Whether each update takes its minibatch's rows in an order drawn from OS entropy
+    (compute.cpu_reduction_order random): on a CPU, and on any device in the universal
+    numerics, whose kernels are deterministic on a GPU too; on CUDA in the standard numerics
+    the kernels' own order stands."""
+    return reduction_order == "random" and (device_type == "cpu" or numerics == "universal")
+
+
 def collect(compute_config, root: Path = Path(".")) -> dict:
     """Everything about where and how this process computes."""
     from reprodqn.determinism.numerics import resolve_device
@@ -245,7 +253,7 @@ def collect(compute_config, root: Path = Path(".")) -> dict:
                 compute_config.cpu_reduction_order
                 if device.type == "cpu" or numerics == "universal"
                 else "the GPU kernels'"
-            ),
+            ),  # what row_order_drawn reads: the setting wherever it applies
             "environment": {name: os.environ.get(name) for name in isa.NUMERICS_ENV},
             **universal_record(numerics),
         },

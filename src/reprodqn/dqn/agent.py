@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from reprodqn.determinism.numerics import row_order_drawn
+from reprodqn.determinism.provenance import row_order_drawn
 from reprodqn.determinism.rng import Stream
 from reprodqn.dqn import priority_rule
 from reprodqn.dqn.network import build_q_network, q_values
