@@ -41,7 +41,7 @@ from reprodqn.core import workspace
 from reprodqn.core.atomic import append_line, truncate
 from reprodqn.core.entry import main
 from reprodqn.core.errors import InputError
-from reprodqn.determinism import isa
+from reprodqn.determinism import isa, log_lines
 from reprodqn.determinism.gym_state import GymEnv
 from reprodqn.universal import api as universal
 
@@ -254,10 +254,9 @@ def _results_digest(logs: list[JsonLog]) -> str:
 
 
 class HashChain:
-    """A run's record of what it computed, in `directory`: every loss folded into a chain
-    as it is computed, and at each checkpoint one line of hashes.jsonl (step, weights
-    SHA-256, loss-chain SHA-256, updates) beside checkpoints/step-N.safetensors.
-    Two runs are identical when their hashes.jsonl are."""
+    """A run's record of what it computed, in `directory`: each loss folded into a chain, and
+    at each checkpoint a line of hashes.jsonl (step, weights and loss-chain SHA-256, updates)
+    beside checkpoints/step-N.safetensors. Runs are identical when their hashes.jsonl are."""
 
     def __init__(self, directory: str | Path, numerics: str = "standard", results=()):
         """`results`: JsonLogs whose lines are results (episode returns, say): each line of
@@ -308,11 +307,15 @@ class HashChain:
         return line
 
     def get_state(self) -> dict:
-        return {"loss_chain": self.loss_chain, "updates": self.updates, **self.log.get_state()}
+        state = {"loss_chain": self.loss_chain, "updates": self.updates, **self.log.get_state()}
+        return state | {log_lines.RECORD: log_lines.digests(self.log.path, state["bytes"])}
+
+    def check_state(self, state: dict) -> None:
+        """Refuse a chain whose lines before the point changed since it was saved."""
+        log_lines.check(self.log.path, state)
 
     def set_state(self, state: dict) -> None:
-        """Back to the saved point: lines written after it are cut off, and the
-        checkpoints they name (the resumed run writes them again)."""
+        """Back to the saved point: later lines, and the checkpoints they name, cut off."""
         self.loss_chain = str(state["loss_chain"])
         self.updates = int(state["updates"])
         self.log.set_state(state)

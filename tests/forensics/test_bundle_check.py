@@ -119,7 +119,7 @@ def test_another_runs_checkpoint_swapped_in_is_named(copy):
     assert failed(copy) == (
         "verify: BROKEN: checkpoints: runs/deterministic/0/checkpoints/step-000000000."
         "safetensors: weights SHA-256 185f9e49d1d0, but its chain's line for step 0 records "
-        "70fb004d5952 (another run's or step's checkpoint?)"
+        "70fb004d5952 (another run's or step's checkpoint, or an edited hashes.jsonl?)"
     )
 
 

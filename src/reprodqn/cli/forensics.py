@@ -294,7 +294,8 @@ def _add_verify_options(p) -> None:
         "--scratch",
         type=Path,
         default=Path("build/rerun"),
-        help="with --rerun: where the retrained run goes (default build/rerun)",
+        help="where a retrained run goes (default build/rerun): with --rerun GROUP/RUN, "
+        "and with one result folder and --until STEP (then empty or absent)",
     )
     p.add_argument(
         "--script",

@@ -36,3 +36,11 @@ def running_script_sha256() -> str | None:
     script = Path(sys.argv[0])  # under site-packages: a kernel's or tool's launcher
     plain = script.suffix == ".py" and script.is_file() and "site-packages" not in script.parts
     return sha256_file(script) if plain else None
+
+
+def apart(ours: str, theirs: str, width: int = 12) -> tuple[str, str]:
+    """Two digests as a message shows them: their first `width` characters, or both in full
+    where those are equal (a change past them read as the same hash twice)."""
+    if ours[:width] != theirs[:width]:
+        return ours[:width], theirs[:width]
+    return ours, theirs

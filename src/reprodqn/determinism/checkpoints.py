@@ -20,6 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save
 
 from reprodqn.core.atomic import atomic_open
+from reprodqn.core.digests import apart
 from reprodqn.core.errors import InputError
 
 
@@ -102,12 +103,11 @@ def load_weights(path: Path, expected_sha256: str | None = None):
     if recorded is None:
         raise InputError(f"{path}: checkpoint carries no weights_sha256 (not written by reprodqn)")
     if actual != recorded:
+        shown = apart(actual, recorded)
         raise InputError(
-            f"{path}: weights hash {actual[:12]} does not match its recorded "
-            f"{recorded[:12]} (corrupted)"
+            f"{path}: weights hash {shown[0]} does not match its recorded {shown[1]} (corrupted)"
         )
     if expected_sha256 is not None and actual != expected_sha256:
-        raise InputError(
-            f"{path}: weights hash {actual[:12]} does not match the expected {expected_sha256[:12]}"
-        )
+        shown = apart(actual, expected_sha256)
+        raise InputError(f"{path}: weights hash {shown[0]} does not match the expected {shown[1]}")
     return tensors, metadata

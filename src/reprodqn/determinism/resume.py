@@ -104,6 +104,13 @@ def load(resume_dir: Path, device: torch.device | str | None = None) -> ResumePo
         return None
     latest = read_json(latest_path, "resume point index")
     point = resume_dir / str(latest.get("directory", ""))
+    if not latest.get("directory") or not point.is_dir():  # an edited or corrupt index
+        held = sorted(p.name for p in resume_dir.iterdir() if p.is_dir()) or ["none"]
+        raise InputError(
+            f"{latest_path}: names the point folder {latest.get('directory')!r}, which "
+            f"{resume_dir} does not hold (its folders: {', '.join(held)}): the index was "
+            "changed or corrupted; restore it, or start the run over in another directory"
+        )
     for name, expected in latest.get("files", {}).items():
         path = point / name
         if not path.exists():

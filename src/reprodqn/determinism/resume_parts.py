@@ -65,9 +65,20 @@ def load(run: Path, parts: dict[str, Any], device: str | None) -> dict | None:
         were_values = [name for name in were_values if _is_object(parts[name])]
         if were_values:
             raise InputError(f"{point.path}: {were_values} were saved as plain values, not parts")
+    for name, part in parts.items():  # every part's own check, before any is restored
+        check(part, point.state[name])
     for name in sorted(parts, key=lambda name: _cuts_files(parts[name])):
         restore(name, parts[name], point.state[name])
     return point.state
+
+
+def check(part: Any, state: Any) -> None:
+    """A part's own check of its saved state against what is on disk (a chain's lines)."""
+    if _is_vector(part) and isinstance(state, dict):
+        for index, item in enumerate(part):
+            check(item, state.get(str(index)))
+    elif hasattr(part, "check_state"):
+        part.check_state(state)
 
 
 def restore(name: str, part: Any, state: Any) -> None:

@@ -150,6 +150,13 @@ def clear_leftovers(directory: Path) -> list[str]:
 def _check_same_run(directory: Path, theirs: dict, config: dict, digest: str, script) -> None:
     """The folder holds a run of this very config and script, or is refused."""
     if None not in (script, theirs.get("script_sha256")) and theirs["script_sha256"] != script:
+        writer = _recorded_script(theirs)
+        if writer is not None and writer != Path(sys.argv[0]).resolve():
+            raise InputError(
+                f"{directory}: holds a run written by another script, {writer} (this process "
+                f"runs {Path(sys.argv[0]).resolve()}: results never mix); use another "
+                "directory or remove it"
+            )
         raise InputError(
             f"{directory}: holds a run of another version of {sys.argv[0]} (its SHA-256 "
             "differs: a resumed run would mix two codes); use another directory or remove it"
@@ -160,6 +167,15 @@ def _check_same_run(directory: Path, theirs: dict, config: dict, digest: str, sc
             f"{directory}: holds a run with a different config: {'; '.join(changed)}; "
             "give another directory or remove it"
         )
+
+
+def _recorded_script(record: dict) -> Path | None:
+    """The script that wrote a run, as its config.json's command names it (None if it
+    names none)."""
+    command = record.get("command") or {}
+    if not command.get("script"):
+        return None
+    return (Path(command.get("cwd") or ".") / command["script"]).resolve()
 
 
 def process_settings(conditions: dict) -> dict:

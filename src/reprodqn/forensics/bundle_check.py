@@ -209,7 +209,8 @@ def _checkpoints(directory: Path) -> str:
     count = 0
     for run_dir in sorted((directory / workspace.RUNS).glob("*/*")):
         try:
-            count += check_run(run_dir, directory)
+            # a file missing from a bundle is its manifest's to name (the first link)
+            count += check_run(run_dir, directory, every_line=False)
         except CheckpointMismatch as error:
             raise LinkBroken("checkpoints", str(error)) from None
     return (

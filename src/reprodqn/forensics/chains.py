@@ -109,22 +109,28 @@ def compare(ours: str | Path, reference: str | Path, until: int | None = None) -
             f"{ours} and {reference} share no run (runs: {', '.join(sorted(mine))} "
             f"against {', '.join(sorted(theirs))})"
         )
-    first, prefixes = None, []
+    first, prefixes, last_steps = None, [], []
     checked = check_runs([*(mine[n] for n in shared), *(theirs[n] for n in shared)])  # files too
     for name in shared:
         a, b = (_through(workspace.read_hashes(side[name]), until) for side in (mine, theirs))
+        if until is not None and not a and not b:
+            raise InputError(f"--until {until}: {name} has no checkpoint at or before it")
         found = first_difference(a, b)
         if found is not None and is_prefix(found):
             prefixes.append(prefix(name, found, a, b))
         elif found is not None:
             first = {"run": name, **found}
             break
+        if found is not None or a:
+            last_steps.append(a[-1]["step"] if found is None else found["last_shared"])
     described = first["run"] if first is not None else shared[0]
     alike = first is None and set(mine) == set(theirs)
     return {
         "identical": alike and not prefixes,
         "prefix": prefixes if alike else [],
         "until": until,
+        # with --until, the last checkpoint every pair has on both sides: what was compared
+        "through": min(last_steps) if until is not None and last_steps else None,
         "runs_compared": len(shared),
         "checkpoint_files_checked": checked,
         "first_divergence": first,
@@ -258,6 +264,7 @@ def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> d
         "identical": first is None,
         "run": str(run),
         "until": until,
+        "last_step": ours[-1]["step"],  # where the rerun stopped: at --until, or its end
         "records_compared": len(ours),
         "first_divergence": first,
         "numeric_conditions_differing": numeric_conditions_differing(scratch, run),
@@ -288,8 +295,14 @@ def _out_and_until(arguments: list[str], run: Path, scratch: Path, until: int) -
 
 def rerun_summary(result: dict) -> str:
     """What `reprodqn verify RUN --until STEP` prints."""
-    first = result["first_divergence"]
-    if result["identical"]:
+    first, last = result["first_divergence"], result.get("last_step", result["until"])
+    if result["identical"] and last != result["until"]:  # the script stopped sooner
+        lines = [
+            f"verify: identical: {result['run']} rerun here with --until {result['until']} "
+            f"is the same through step {last}, the last checkpoint both have; "
+            f"{result['records_compared']} checkpoints match"
+        ]
+    elif result["identical"]:
         lines = [
             f"verify: identical: {result['run']} rerun here to step {result['until']}; "
             f"{result['records_compared']} checkpoints match"
@@ -321,7 +334,7 @@ def differing_lines(result: dict) -> list[str]:
 def summary(result: dict) -> str:
     """What `reprodqn verify A B` prints."""
     first, runs = result["first_divergence"], plural(result["runs_compared"], "run")
-    through = "" if result.get("until") is None else f" through step {result['until']}"
+    through = _through_words(result)
     if result["identical"]:
         lines = [
             f"verify: identical{through}: {runs}, every checkpoint's weights and loss chain"
@@ -337,6 +350,18 @@ def summary(result: dict) -> str:
         if result[f"only_{side}"]:
             lines.append(f"only in {side}: {', '.join(result[f'only_{side}'])}")
     return "\n".join(lines + differing_lines(result))
+
+
+def _through_words(result: dict) -> str:
+    """How far --until compared: the last checkpoint both sides have at or before it,
+    named as such where it is not --until's own step."""
+    until, through = result.get("until"), result.get("through")
+    if until is None:
+        return ""
+    if through is None or through == until:
+        return f" through step {until}"
+    every = "every run has" if result["runs_compared"] > 1 else "both sides have"
+    return f" through step {through} (the last checkpoint {every} at or before --until {until})"
 
 
 def files_checked(result: dict) -> str:

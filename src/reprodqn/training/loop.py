@@ -37,7 +37,7 @@ from reprodqn.core.events import (
     Stepped,
 )
 from reprodqn.core.workers import actor_workers
-from reprodqn.determinism import numerics, provenance, resume
+from reprodqn.determinism import log_lines, numerics, provenance, resume
 from reprodqn.determinism.checkpoints import cpu_weights
 from reprodqn.determinism.rng import TRAINING_STREAMS, Streams, torch_generator
 from reprodqn.dqn.agent import make_agent
@@ -274,6 +274,8 @@ def _restore(run: RunState) -> None:
             (run_dir / name).unlink(missing_ok=True)
         shutil.rmtree(workspace.checkpoints_dir(run_dir), ignore_errors=True)
         offsets = {name: 0 for name in LOGS}
+    lines = {"bytes": offsets[workspace.HASHES], log_lines.RECORD: offsets.get(log_lines.RECORD)}
+    log_lines.check(run_dir / workspace.HASHES, lines)  # a chain line changed since: refused
     for name in LOGS:
         truncate(run_dir / name, offsets[name])
 
@@ -347,11 +349,14 @@ def resume_point_bytes(run: RunState) -> int:
     return arrays + 4 * tensors
 
 
-def _log_offsets(run_dir: Path) -> dict[str, int]:
-    """Each log's length now (0 before its first line: a resume point can precede it)."""
-    return {
+def _log_offsets(run_dir: Path) -> dict:
+    """Each log's length now (0 before its first line: a resume point can precede it), and
+    the chain's lines as they are now, checked at resume."""
+    offsets = {
         name: (run_dir / name).stat().st_size if (run_dir / name).exists() else 0 for name in LOGS
     }
+    hashes = run_dir / workspace.HASHES
+    return offsets | {log_lines.RECORD: log_lines.digests(hashes, offsets[workspace.HASHES])}
 
 
 def _process_record(run: RunState, rate: float) -> ProcessRecord:
