@@ -1,7 +1,8 @@
-"""verify says only what it compared (issue 70's cases 7, 8, 9 and 11): a deleted checkpoint
-file is named, not called identical; a chain line changed past the 12 characters a
-message shows is shown in full; --until names the last checkpoint both sides have, not the
-step asked for; and `verify --help` says what --scratch is for."""
+"""verify says only what it compared (issue 70's cases 7 to 11): a deleted checkpoint file
+is named, not called identical; a chain line changed past the 12 characters a message
+shows is shown in full; --until names the last checkpoint both sides have, not the step
+asked for; the files of a run folder it does not compare are named; and `verify --help`
+says what --scratch is for."""
 
 from __future__ import annotations
 
@@ -172,3 +173,35 @@ def test_verify_help_says_scratch_serves_a_rerun_of_one_result_folder_too(capsys
     scratch = text[text.index("--scratch SCRATCH ") :]
     assert "with one result folder and --until STEP" in scratch
     assert "with --rerun: where" not in scratch  # what it said when --rerun had it alone
+
+
+# ---------------------------------------------------------------------------------------------
+# Case 10: the files verify does not compare
+
+
+def test_files_verify_does_not_compare_are_named_with_their_bytes_differing(tmp_path):
+    """Returns kept only in a log, undeclared to the chain: verify said identical while
+    returns.jsonl differed, and named no file it had left out."""
+
+    def run(folder, returns, declare):
+        log = exact.JsonLog(folder / "returns.jsonl")
+        chain = exact.HashChain(folder, results=[log] if declare else ())
+        for step, value in enumerate(returns, 1):
+            log.write({"step": step, "return": value})
+            chain.checkpoint(step, {"w": torch.zeros(2)})
+        (folder / "notes.txt").write_text("the same on both sides")
+
+    for side, returns in (("a", [1.0, 2.0, 3.0]), ("b", [1.0, 2.5, 3.0])):
+        run(tmp_path / side / "seed-0", returns, declare=False)
+        run(tmp_path / f"declared-{side}" / "seed-0", returns, declare=True)
+    (tmp_path / "b" / "seed-0" / "extra.csv").write_text("1\n")
+    result = chains.compare(tmp_path / "a", tmp_path / "b")
+    assert result["identical"]  # the chains are: the line below says what they leave out
+    assert chains.summary(result).splitlines()[1] == (
+        "not compared (outside the chains): seed-0/extra.csv (one side only), "
+        "seed-0/notes.txt, seed-0/returns.jsonl (bytes differ); declare result logs to the "
+        "chain (HashChain(out, results=[log])) to compare them"
+    )  # config.json, conditions.json, the chain and its checkpoint files are compared
+    declared = chains.compare(tmp_path / "declared-a", tmp_path / "declared-b")
+    assert declared["first_divergence"]["fields"] == ["result logs"]
+    assert "result logs declared to the chain" in chains.summary(declared)

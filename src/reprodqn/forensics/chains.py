@@ -20,6 +20,7 @@ from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
 from reprodqn.determinism.provenance import differing_values, fingerprint_fields
+from reprodqn.forensics import uncompared
 from reprodqn.forensics.checkpoint_files import check_runs
 
 CHAIN_FIELDS = {key: name for name, key in workspace.CHAINS.items()} | {
@@ -109,13 +110,14 @@ def compare(ours: str | Path, reference: str | Path, until: int | None = None) -
             f"{ours} and {reference} share no run (runs: {', '.join(sorted(mine))} "
             f"against {', '.join(sorted(theirs))})"
         )
-    first, prefixes, last_steps = None, [], []
+    first, prefixes, last_steps, declared = None, [], [], False
     checked = check_runs([*(mine[n] for n in shared), *(theirs[n] for n in shared)])  # files too
     for name in shared:
         a, b = (_through(workspace.read_hashes(side[name]), until) for side in (mine, theirs))
         if until is not None and not a and not b:
             raise InputError(f"--until {until}: {name} has no checkpoint at or before it")
         found = first_difference(a, b)
+        declared = declared or any("results_sha256" in line for line in a + b)
         if found is not None and is_prefix(found):
             prefixes.append(prefix(name, found, a, b))
         elif found is not None:
@@ -133,6 +135,8 @@ def compare(ours: str | Path, reference: str | Path, until: int | None = None) -
         "through": min(last_steps) if until is not None and last_steps else None,
         "runs_compared": len(shared),
         "checkpoint_files_checked": checked,
+        "not_compared": uncompared.pairs(mine, theirs, shared),  # said, not left unsaid
+        "results_declared": declared,
         "first_divergence": first,
         "only_ours": sorted(set(mine) - set(theirs)),
         "only_reference": sorted(set(theirs) - set(mine)),
@@ -349,6 +353,7 @@ def summary(result: dict) -> str:
     for side in ("ours", "reference"):
         if result[f"only_{side}"]:
             lines.append(f"only in {side}: {', '.join(result[f'only_{side}'])}")
+    lines += uncompared.line(result.get("not_compared", []), result.get("results_declared"))
     return "\n".join(lines + differing_lines(result))
 
 
