@@ -353,7 +353,7 @@ def summary(result: dict) -> str:
     for side in ("ours", "reference"):
         if result[f"only_{side}"]:
             lines.append(f"only in {side}: {', '.join(result[f'only_{side}'])}")
-    lines += uncompared.line(result.get("not_compared", []), result.get("results_declared"))
+    lines += uncompared.line(result.get("not_compared", []), bool(result.get("results_declared")))
     return "\n".join(lines + differing_lines(result))
 
 
