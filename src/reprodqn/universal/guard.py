@@ -1,8 +1,10 @@
 """The universal mode's watch over torch: while it is on, any aten op that computes a
 floating-point value is refused, naming the op, so nothing runs silently on torch's own
-kernels (whose bits change with the CPU, the GPU and torch's version). Ops that only
-store, move, select or compare values (views, copies, indexing, fills, comparisons) and
-integer arithmetic pass; the layers' arithmetic never reaches torch at all.
+kernels (whose bits change with the CPU, the GPU and torch's version). An op is judged by
+its inputs and its outputs: a float made from integers (torch.randn, linspace, exp of an
+integer tensor, an integer tensor's true division) is refused too. Ops that only store,
+move, select or compare values (views, copies, indexing, fills, comparisons) and integer
+arithmetic pass; the layers' arithmetic never reaches torch at all.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ MOVING = {
     "fill",
     "fill_",
     "flatten",
+    "full",
+    "full_like",
+    "new_full",
+    "new_ones",
     "gather",
     "index",
     "index_select",
@@ -101,10 +107,23 @@ MOVING |= {
     "result_type",
 }
 CONVERTING = {"to", "_to_copy"}  # a move unless it rounds to another float type
+# floats drawn by torch's generators, whose algorithms differ by CPU and torch version
+RANDOM = {"normal", "normal_", "rand", "randn", "rand_like", "randn_like", "uniform_",
+          "bernoulli", "bernoulli_", "exponential_", "cauchy_", "log_normal_", "geometric_",
+          "dropout", "native_dropout"}  # fmt: skip
 
 
 def _floating(value) -> bool:
     return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+def _flat(values) -> list:
+    return [v for value in values for v in (value if isinstance(value, list | tuple) else [value])]
+
+
+def _exact_range(name: str, args) -> bool:
+    """arange over integers: every value exact in a float, whatever computes it."""
+    return name == "arange" and all(isinstance(a, int) for a in args if not isinstance(a, bool))
 
 
 _WATCH_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)  # how a mode is reached
@@ -143,17 +162,26 @@ class UniversalOnly(TorchDispatchMode):
                     f"{result.dtype} (aten.{name}), which the universal mode does not cover"
                 )
             return result
-        if name not in MOVING and name.rstrip("_") not in MOVING:
-            tensors = [*args, *kwargs.values()]
-            nested = [
-                t
-                for value in tensors
-                for t in (value if isinstance(value, list | tuple) else [value])
-            ]
-            if any(_floating(t) for t in nested):
-                raise NumericsError(
-                    f"compute.numerics universal: torch's aten.{name} "
-                    "would compute floats the universal mode does not cover (write it with "
-                    "reprodqn.universal's layers, or use numerics standard)"
-                )
-        return func(*args, **kwargs)
+        moving = name in MOVING or name.rstrip("_") in MOVING
+        if name in RANDOM:
+            raise NumericsError(
+                f"compute.numerics universal: torch's aten.{name} draws floats by an "
+                "algorithm that differs by CPU and torch version; draw integers from a "
+                "named generator (torch.randint) and make floats of them in the universal "
+                "arithmetic, as reprodqn.universal.init_uniform_ does"
+            )
+        if not moving and any(_floating(t) for t in _flat([*args, *kwargs.values()])):
+            raise _refused(name)
+        result = func(*args, **kwargs)
+        made = _flat(result if isinstance(result, list | tuple) else [result])
+        if not moving and not _exact_range(name, args) and any(_floating(t) for t in made):
+            raise _refused(name)  # a float made from no float: linspace, exp of an integer
+        return result
+
+
+def _refused(name: str) -> NumericsError:
+    return NumericsError(
+        f"compute.numerics universal: torch's aten.{name} would compute floats the "
+        "universal mode does not cover (write it with reprodqn.universal's layers, or use "
+        "numerics standard)"
+    )
