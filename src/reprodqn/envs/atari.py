@@ -16,9 +16,9 @@ fresh game at start sequence k of the chosen file (by default the package's for 
 the authors' 100 for Breakout), or, with sticky_p > 0, at the reset screen with sticky seed
 sticky_seed_start + k, or, for a game with no start states (start_sequences="none"), at the
 reset screen after 1..30 no-ops drawn from seed sticky_seed_start + k (not the paper's
-protocol); the observation is ready for the first greedy action; rewards are raw;
-`terminated` at game over, `truncated` at the frame cap; a lost life relaunches the ball
-in a game with FIRE. reset(options={"episode":
+protocol: a warning says so, once, where that is the default); the observation is ready
+for the first greedy action; rewards are raw; `terminated` at game over, `truncated` at
+the frame cap; a lost life relaunches the ball in a game with FIRE. reset(options={"episode":
 k}) plays episode k; reset(seed=s) plays episode s (mod their number); a plain reset plays
 the episode `episode_stride` after the last (so N environments of a vector env, seeded
 0..N-1 and made with episode_stride=N, play every episode once between them). Episode k's result
@@ -27,6 +27,7 @@ never depends on which environment plays it, nor on what that environment played
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import gymnasium as gym
@@ -140,6 +141,8 @@ class AtariEnv(gym.Env):
         self.start_sequences = _start_sequences(start_sequences, c.game)
         if self.start_sequences == start_states.NONE:  # a game without start states
             self._noop_max, self.sequences = c.noop_max, [[]] * evaluation.episodes
+            if start_sequences is None:  # not chosen: said, once per game and process
+                _say_noop_starts(c.game, c.noop_max)
         else:
             doc = start_states.load(Path(self.start_sequences))
             start_states.check_game(doc, Path(self.start_sequences), c.game)
@@ -266,6 +269,23 @@ def _eval_info(episode: Episode) -> dict:
         "frames": episode.frames,
         "score": episode.score,
     }
+
+
+_NOOP_STARTS_SAID: set[str] = set()
+
+
+def _say_noop_starts(game: str, noop_max: int) -> None:
+    """An eval env of a game the package has no start states for plays no-op starts: a
+    warning, once (a vector env's N copies would say it N times)."""
+    if game in _NOOP_STARTS_SAID:
+        return
+    _NOOP_STARTS_SAID.add(game)
+    warnings.warn(
+        f"{env_id(game)}: the package has no start states for {game}, so each eval episode "
+        f"starts at the reset screen after 1..{noop_max} no-ops from its own seed: not the "
+        "paper's protocol (start_sequences='none' chooses this without the warning)",
+        stacklevel=4,
+    )
 
 
 def _start_sequences(chosen: str | Path | None, game: str) -> str:

@@ -206,7 +206,7 @@ def evaluate_policy_file(
         )
     print(
         f"evaluate-policy: {policy} (sha256 {policy_sha256}) on {len(specs)} episodes: "
-        f"mean score {done.mean_score:.2f} -> {out_dir / workspace.EVAL_CSV}",
+        f"{start_states.mean_score(done.mean_score, used)} -> {out_dir / workspace.EVAL_CSV}",
         file=sys.stderr,
     )
     return {"policy_sha256": policy_sha256, "mean_score": done.mean_score}

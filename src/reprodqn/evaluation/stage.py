@@ -212,6 +212,7 @@ def evaluate_stage(
     from reprodqn.config.params import resolve_run
     from reprodqn.core.atomic import read_json
     from reprodqn.core.errors import InputError
+    from reprodqn.evaluation.start_states import score_note
     from reprodqn.training.run_game import check_run_game
 
     config = resolve_run(params, group, run)
@@ -235,7 +236,7 @@ def evaluate_stage(
         and record.exists()
         and read_json(record, "evaluation record").get("digest") == digest
     ):
-        print(f"{label}: already evaluated", file=sys.stderr)
+        print(f"{label}: already evaluated{score_note(used)}", file=sys.stderr)
     else:
         evaluator = Evaluator(
             protocol,
@@ -252,6 +253,8 @@ def evaluate_stage(
 def _evaluate_with_progress(
     label, run_dir, out_dir, hashes, evaluator, specs, digest, used
 ) -> None:
+    from reprodqn.evaluation.start_states import mean_score
+
     progress = Progress(label, len(hashes), unit="checkpoints", interval=0)
     agent_steps = 0
     start = time.monotonic()
@@ -261,6 +264,5 @@ def _evaluate_with_progress(
         note = (
             "kept from an interrupted evaluation" if event.resumed else f"{rate:.0f} agent steps/s"
         )
-        progress.update(
-            event.index, extra=f"step {event.step}: mean score {event.mean_score:.2f} ({note})"
-        )
+        score = mean_score(event.mean_score, used)
+        progress.update(event.index, extra=f"step {event.step}: {score} ({note})")

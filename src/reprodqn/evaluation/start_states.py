@@ -104,6 +104,19 @@ def no_start_states(noop_max: int) -> dict:
     }
 
 
+def score_note(used: dict | None) -> str:
+    """What a line giving a score adds when its episodes began with no-ops, not start
+    states (`used`: the start states' summary an evaluation records)."""
+    if used is None or used.get("file") != NONE:
+        return ""
+    return " from no-op starts (no start states: not the paper's protocol)"
+
+
+def mean_score(mean: float, used: dict | None) -> str:
+    """A score line's words: the mean score, and its no-op starts where it had them."""
+    return f"mean score {mean:.2f}{score_note(used)}"
+
+
 def summary(doc: dict, path: Path) -> dict:
     """What an evaluation records of the start states it used, and the report prints."""
     keep = (
