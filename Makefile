@@ -42,7 +42,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: venv repro select smoke smoke-workspace smoke-reference laptop laptop-workspace laptop-verify \
+.PHONY: venv repro select smoke smoke-workspace smoke-reference smoke-universal-reference laptop laptop-workspace laptop-verify \
         laptop-reference test test-slow test-slurm bench lint docs-tables docs docs-serve dvc-deps ui lock docker-build docker-run \
         gpu-check \
         bundle clean
@@ -80,12 +80,13 @@ endef
 
 # The smoke workspace alone (make docker-run WORKSPACE=build/smoke runs it in the image).
 # PRESET=NAME makes it for a preset (presets/NAME.yaml, a DQN-family variant, applied before
-# the smoke scale, presets/smoke.yaml).
+# the smoke scale, presets/smoke.yaml); NUMERICS=universal in the universal numerics.
 smoke-workspace: $(STAMP)
 	rm -rf $(SMOKE)
 	$(call fill-workspace,$(SMOKE))
 	reprodqn params --params params.yaml $(if $(PRESET),--preset $(PRESET)) \
-	  --overlay presets/smoke.yaml --out $(SMOKE)/params.yaml
+	  --overlay presets/smoke.yaml $(if $(NUMERICS),--set compute.numerics=$(NUMERICS)) \
+	  --out $(SMOKE)/params.yaml
 
 # The same pipeline at smoke scale (presets/smoke.yaml over params.yaml), in a scratch
 # workspace so the real one is untouched; MLflow runs go to this workspace's store.
@@ -98,6 +99,11 @@ smoke: smoke-workspace
 # (tests/e2e/test_reference.py); for when results change on purpose. Its README.md is kept.
 smoke-reference: smoke
 	cd $(SMOKE) && reprodqn bundle --reference-dir $(CURDIR)/reference/smoke
+
+# The same in the universal numerics (one chain on every machine): reference/smoke-universal.
+smoke-universal-reference:
+	$(MAKE) smoke NUMERICS=universal SMOKE=build/smoke-universal
+	cd build/smoke-universal && reprodqn bundle --reference-dir $(CURDIR)/reference/smoke-universal
 
 # The laptop study: the authors-2018 agent at the laptop scale (presets/laptop.yaml); what it
 # costs is measured in docs/laptop.md. Rerun to resume; LAPTOP=DIR puts the workspace elsewhere.

@@ -1,9 +1,11 @@
 """The committed reference studies replicate on this machine: each of `reference/smoke/`
-(`make smoke-reference`) and `reference/laptop/` (`make laptop-reference`: the paper's study
-with agents that learned) must match its MANIFEST.sha256 file by file, and its
-deterministic/0 retrained here must give its hash chain and process records (`reprodqn
-verify --reference ... --rerun`). So every machine that runs the tests checks two whole
-committed studies, not only the golden run; a tampered reference fails with verify's one
+(`make smoke-reference`), `reference/smoke-universal/` (`make smoke-universal-reference`:
+the same study in the universal numerics, one chain on every machine) and
+`reference/laptop/` (`make laptop-reference`: the paper's study with agents that learned)
+must match its MANIFEST.sha256 file by file, and its deterministic/0 retrained here must
+give its hash chain and process records (`reprodqn verify --reference ... --rerun`). So
+every machine that runs the tests checks three whole committed studies, not only the golden
+run; a tampered reference fails with verify's one
 screen; and a reference left behind by a preset edit fails before anyone trains against it."""
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tests.helpers import ROOT, cli_env
 # each reference, and the step its spot check retrains to
 SPOT_CHECKS = {
     "smoke": 3000,  # the run's end: updates from step 1000, a checkpoint every 1000
+    "smoke-universal": 3000,  # the same study in the universal numerics
     "laptop": 60000,  # the first checkpoint after learning starts (50K): 5,000 updates, ~3 min
 }
 # references that today's code is known not to reproduce, until their make target remakes
@@ -30,6 +33,7 @@ REMAKING: dict[str, str] = {}
 # what its make target (smoke-workspace, laptop-workspace) applies over params.yaml
 OVERLAYS = {
     "smoke": ["--overlay", "presets/smoke.yaml"],
+    "smoke-universal": ["--overlay", "presets/smoke.yaml", "--set", "compute.numerics=universal"],
     "laptop": ["--preset", "authors-2018", "--overlay", "presets/laptop.yaml"],
 }
 
