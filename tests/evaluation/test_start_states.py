@@ -257,23 +257,60 @@ def test_another_games_candidates_draw_its_own_minimal_actions_and_stay_its_own(
     assert selected["game"] == "pong" and selected["action_set"] == pong["action_set"]
 
 
-def test_a_studys_start_states_are_checked_before_training_where_it_will_use_them():
+def study(*overrides: str):
     from reprodqn.config.params import resolve_run
 
-    def study(*overrides: str):
-        params = load_params(PARAMS, list(overrides))
-        return params.evaluation, [resolve_run(params, g, r) for g, r in params.study.run_ids()]
+    params = load_params(PARAMS, list(overrides))
+    return params.evaluation, [resolve_run(params, g, r) for g, r in params.study.run_ids()]
 
-    with pytest.raises(InputError, match="start states of 'breakout', but env.game is 'pong'"):
-        start_states.check_before_training(*study("env.game=pong"))
-    start_states.check_before_training(*study("env.game=pong", "env.sticky_p=0.25"))  # none used
+
+def test_a_studys_start_states_are_checked_before_training_where_it_will_use_them():
     ours = "evaluation.start_sequences=start_sequences/pong.json"
-    start_states.check_before_training(*study("env.game=pong", ours))
-    with pytest.raises(InputError, match="start states of 'pong', but env.game is 'breakout'"):
-        start_states.check_before_training(*study(ours))
+    assert start_states.check_before_training(*study("env.game=pong", ours)) == []
+    for game in ("breakout", "seaquest"):  # another game's file, named: refused, as before
+        with pytest.raises(InputError, match=f"start states of 'pong', but env.game is '{game}'"):
+            start_states.check_before_training(*study(f"env.game={game}", ours))
+    sticky = ("env.game=seaquest", ours, "env.sticky_p=0.25")  # no start states used
+    assert start_states.check_before_training(*study(*sticky)) == []
     # a stage's own file may be remade (select) before evaluation, which checks it then
     stages = "evaluation.start_sequences=start_sequences/selected.json"
-    start_states.check_before_training(*study("env.game=pong", stages))
+    assert start_states.check_before_training(*study("env.game=pong", stages)) == []
+
+
+def test_the_game_alone_decides_its_start_states():
+    """`--set env.game=pong` alone was refused, as params.yaml names Breakout's states, and a
+    game without packaged ones until evaluation.start_sequences=none was added (issue 72,
+    item 7): the default follows the game, and no-op starts are said in one line."""
+    assert start_states.check_before_training(*study("env.game=pong")) == []
+    assert start_states.check_before_training(*study()) == []
+    notes = start_states.check_before_training(*study("env.game=seaquest"))
+    assert len(notes) == 1
+    assert "no start states for seaquest" in notes[0] and "after 1..30 no-ops" in notes[0]
+    chosen = ("env.game=seaquest", "evaluation.start_sequences=none")  # chosen: nothing to say
+    assert start_states.check_before_training(*study(*chosen)) == []
+
+
+@pytest.mark.parametrize(
+    ("game", "expected"),
+    [
+        ("breakout", packaged.DEFAULT_START_SEQUENCES),
+        ("pong", "start_sequences/pong.json"),
+        ("seaquest", start_states.NONE),
+    ],
+)
+def test_the_evaluation_of_a_game_plays_its_own_start_states_by_default(game, expected):
+    from reprodqn.evaluation.stage import protocol_episodes
+
+    evaluation, configs = study(f"env.game={game}")
+    *_, used = protocol_episodes(configs[0], evaluation, None)
+    if expected == start_states.NONE:
+        assert used == start_states.no_start_states(30)
+    else:
+        assert used["file"] == str(packaged.start_sequences(expected))
+        assert (
+            used["sequences_sha256"]
+            == start_states.load(packaged.start_sequences(expected))["sequences_sha256"]
+        )
 
 
 def test_the_candidates_line_tells_the_noop_prefix_from_the_papers_random_lengths(tmp_path):

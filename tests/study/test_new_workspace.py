@@ -91,17 +91,19 @@ def test_a_study_of_another_game_gets_its_start_states_and_is_refused_anothers_b
     tmp_path,
 ):
     """The workspace holds every game's start states the package carries, so params can
-    name them; a study of Pong left with Breakout's default is refused before it trains."""
+    name them; a study of Breakout named Pong's is refused before it trains (a study of
+    Pong left with the default plays Pong's: tests/evaluation/test_game_alone.py)."""
     new_workspace.init(tmp_path)
     assert (tmp_path / "start_sequences" / "pong.json").read_bytes() == (
         ROOT / "start_sequences" / "pong.json"
     ).read_bytes()
-    done = reprodqn(tmp_path, "study", "train", "--set", "env.game=pong")
+    pong = "evaluation.start_sequences=start_sequences/pong.json"
+    done = reprodqn(tmp_path, "study", "train", "--set", pong)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "start_sequences/authors.json: start states of 'breakout', but env.game is 'pong'" in (
+    assert "start_sequences/pong.json: start states of 'pong', but env.game is 'breakout'" in (
         done.stderr
     )
-    assert "evaluation.start_sequences: start_sequences/pong.json," in done.stderr
+    assert "evaluation.start_sequences: start_sequences/authors.json," in done.stderr
     assert not (tmp_path / "runs").exists()
 
 

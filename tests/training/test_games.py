@@ -141,9 +141,9 @@ def test_an_evaluation_without_start_states_is_named_as_not_the_papers_protocol(
     assert sequences is None and len(specs) == 100 and all(s.noops for s in specs)
     assert used["protocol"].startswith("not the paper's") and used["file"] == "none"
     assert start_states.describe(used).startswith("none: not the paper's")
-    authors = load_params(PARAMS, ["env.game=pong"])  # Breakout's states, on Pong
-    with pytest.raises(InputError, match="start states of 'breakout', but env.game is 'pong'"):
-        protocol_episodes(authors, authors.evaluation, None)
+    pongs = load_params(PARAMS, ["evaluation.start_sequences=start_sequences/pong.json"])
+    with pytest.raises(InputError, match="start states of 'pong', but env.game is 'breakout'"):
+        protocol_episodes(pongs, pongs.evaluation, None)  # Pong's states, on Breakout
 
 
 def test_pongs_start_states_ship_with_their_ranker_and_are_its_envs_default():

@@ -103,14 +103,16 @@ def test_a_network_of_another_action_count_is_refused_even_where_no_game_is_reco
 
 
 def test_train_refuses_another_games_start_states_before_training(tmp_path, capsys):
-    """Plain `train` accepted Pong with Breakout's states; only evaluation refused them."""
+    """Plain `train` accepted Pong with Breakout's states; only evaluation refused them. (The
+    default follows the game; another game's file named is refused.)"""
     code = cli(
         "train", "--group", "deterministic", "--run", "0", "--runs-dir", str(tmp_path),
-        "--set", "env.game=pong",
+        "--set", "env.game=seaquest",
+        "--set", "evaluation.start_sequences=start_sequences/pong.json",
     )  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
-    assert "start states of 'breakout', but env.game is 'pong'" in err
+    assert "start states of 'pong', but env.game is 'seaquest'" in err
     assert not any(tmp_path.iterdir())
 
 

@@ -32,8 +32,10 @@ def cmd_train(args) -> int:
 
     params = _load(args)
     config = resolve_run(params, args.group, args.run)
-    start_states.check_before_training(params.evaluation, [config])  # as `study train` does
-    launch.adopt_launch_environment(config.compute.threads, args.relaunch_argv)
+    notes = start_states.check_before_training(params.evaluation, [config])  # as study's
+    launch.adopt_launch_environment(config.compute.threads, args.relaunch_argv)  # may re-exec
+    for note in notes:
+        print(f"train {args.group}/{args.run}: {note}", file=sys.stderr)
     run_dir = workspace.run_dir(args.runs_dir, args.group, args.run)
     events = train(config, run_dir, restart=args.restart)
     if args.track:
@@ -174,7 +176,8 @@ def cmd_study(args) -> int:
     footprint = Footprint()
     if args.stage == "train":  # lockstep runs' game workers count too (REPRODQN_ACTOR_WORKERS)
         configs = [resolve_run(params, g, r) for g, r in params.study.run_ids()]
-        start_states.check_before_training(params.evaluation, configs)
+        for note in start_states.check_before_training(params.evaluation, configs):
+            print(f"study train: {note}", file=sys.stderr)
         cores = cores_per_training_job(cores, max(config.train.actors for config in configs))
         footprint = stages.training_footprint(configs)
     launcher = args.launcher or os.environ.get("REPRODQN_LAUNCHER", "local")

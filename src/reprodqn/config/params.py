@@ -227,7 +227,8 @@ class EvaluationConfig(Frozen):
     )
     start_sequences: str = Field(
         "start_sequences/authors.json",
-        description="The start-sequence file evaluated on: the authors' states (Breakout), "
+        description="The start-sequence file evaluated on: the authors' states (Breakout; "
+        "left at this default, another env.game plays its own packaged file, else none), "
         "start_sequences/selected.json from the select stage, a game's own file "
         "(start_sequences/pong.json), or none: the reset screen after no-ops.",
     )

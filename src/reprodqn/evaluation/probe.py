@@ -56,7 +56,7 @@ def probe_stage(params, done: EvaluatedRun, start_sequences: Path | None) -> dic
     device, _ = numerics.configure(
         done.config.compute.device, EVAL_THREADS, done.config.compute.deterministic_gpu
     )
-    chosen = str(start_sequences or params.evaluation.start_sequences)
+    chosen = str(start_sequences or start_states.for_game(params.evaluation, done.config.env.game))
     if chosen == start_states.NONE:  # no start states, no end states to probe
         return None
     sequences = start_states.load(packaged.start_sequences(chosen))["sequences"]

@@ -177,7 +177,7 @@ def protocol_episodes(config, evaluation, start_sequences: Path | None):
     from reprodqn.evaluation import start_states
 
     protocol = Protocol.for_run(config, evaluation)
-    chosen = str(start_sequences or evaluation.start_sequences)
+    chosen = str(start_sequences or start_states.for_game(evaluation, config.env.game))
     if protocol.sticky_p == 0 and chosen == start_states.NONE:
         specs = episode_specs(
             protocol, evaluation.episodes, evaluation.sticky_seed_start, config.env.noop_max

@@ -186,28 +186,45 @@ def check_game(doc: dict, path: Path, game: str) -> None:
 
 
 def for_game(evaluation, game: str) -> str:
-    """The start states a policy plays on `game` when no file is named: params'
-    evaluation.start_sequences; where that is the package's default (Breakout's, which
-    another game would refuse), the package's for the game, or none for a game it carries
-    none for (as the game's Gymnasium env chooses)."""
+    """The start states a run or policy of `game` is evaluated on when no file is named on
+    the command line: params' evaluation.start_sequences; where that is the package's
+    default (Breakout's), it follows the game: the package's for the game, or none for a
+    game it carries none for (as the game's Gymnasium env chooses). A file named in its
+    place is the game's own or refused (check_game)."""
     chosen = str(evaluation.start_sequences)
     if chosen != packaged.DEFAULT_START_SEQUENCES or game == "breakout":
         return chosen
     return packaged.game_start_sequences_name(game) or NONE
 
 
-def check_before_training(evaluation, configs) -> None:
-    """A study's evaluation states, where they are a file the package carries (Breakout's
-    default, another game's start_sequences/GAME.json), are its game's own for every run
-    that evaluates from start states (not sticky): a study of Pong left with Breakout's
-    default would otherwise train for days before its evaluation refused them. A file a
-    stage makes (select's) may be remade before evaluation, and is checked then."""
-    if not packaged.carries(evaluation.start_sequences):
-        return
-    path = packaged.start_sequences(evaluation.start_sequences)
-    doc = load(path)
-    for game in sorted({c.env.game for c in configs if c.env.sticky_p == 0}):
-        check_game(doc, path, game)
+def noop_starts_note(game: str, noop_max: int) -> str:
+    """What is said when the default leaves a game without start states (for_game)."""
+    return (
+        f"evaluation.start_sequences: the package has no start states for {game}, so its "
+        f"evaluation starts each episode after 1..{noop_max} no-ops (not the paper's "
+        "protocol; `reprodqn candidates`, `ranker` and `select` make its own)"
+    )
+
+
+def check_before_training(evaluation, configs) -> list[str]:
+    """A study's evaluation states, where they are a file the package carries (Breakout's,
+    another game's start_sequences/GAME.json), are its game's own for every run that
+    evaluates from start states (not sticky): a study evaluated on another game's states
+    would otherwise train for days before its evaluation refused them. A file a stage
+    makes (select's) may be remade before evaluation, and is checked then. Returns the
+    lines to say: each game the default leaves with no-op starts."""
+    notes = []
+    for config in sorted(
+        {c.env.game: c for c in configs if c.env.sticky_p == 0}.values(), key=lambda c: c.env.game
+    ):
+        game, chosen = config.env.game, for_game(evaluation, config.env.game)
+        if chosen == NONE and evaluation.start_sequences != NONE:
+            notes.append(noop_starts_note(game, config.env.noop_max))
+        if not packaged.carries(chosen):
+            continue
+        path = packaged.start_sequences(chosen)
+        check_game(load(path), path, game)
+    return notes
 
 
 # ---------------------------------------------------------------------------------------------

@@ -219,8 +219,9 @@ def replay_rows(
 
     from reprodqn.evaluation.protocol import Evaluator
     from reprodqn.evaluation.stage import protocol_episodes
+    from reprodqn.evaluation.start_states import for_game
 
-    named = reference / str(evaluation.start_sequences)  # the bundle's own, else the package's
+    named = reference / for_game(evaluation, config.env.game)  # the bundle's, else the package's
     protocol, specs, sequences, _, _ = protocol_episodes(
         config, evaluation, named if named.exists() else None
     )
