@@ -131,12 +131,13 @@ def setup(
     cpu_floor(cpu_isa)
     for name in isa.THREAD_ENV:  # inherited by any worker the script starts
         os.environ[name] = str(threads)
-    from reprodqn.determinism import global_generators
+    from reprodqn.determinism import global_generators, kernel_settings
     from reprodqn.determinism import numerics as settings
 
     torch_device, applied = settings.configure(device, threads, deterministic_gpu)
     applied |= settings.configure_universal(numerics, threads, torch_device)
     global_generators.start("setup()")
+    kernel_settings.watch_compile(numerics)  # torch.compile's calls, recorded
     return Setup(torch_device, threads, cpu_isa, deterministic_gpu, applied, numerics=numerics)
 
 
@@ -284,11 +285,10 @@ class HashChain:
     def checkpoint(self, step: int, weights, metadata: Mapping[str, object] | None = None) -> dict:
         """Write the weights (a module or a dict of tensors) and the chain's line; returns
         the line. The weights hash covers names, dtypes, shapes and bytes."""
-        from reprodqn.determinism import global_generators, run_folder
+        from reprodqn.determinism import run_folder
         from reprodqn.determinism.checkpoints import cpu_weights, save_weights
 
-        global_generators.check(f"{self.directory}: checkpoint at step {step}")
-        run_folder.record_pending(self.directory)
+        run_folder.before_writing(self.directory, f"{self.directory}: checkpoint at step {step}")
         written = workspace.read_hashes(self.directory)
         if written and step <= written[-1]["step"]:
             raise InputError(
@@ -351,11 +351,10 @@ def save_resume_point(run: str | Path, step: int, parts: Mapping[str, Any]) -> N
     a list of such (a vector of environments), or plain values (numbers, strings, bytes,
     numpy scalars and arrays, tensors, lists, tuples and dicts of them), each given back
     with its type, dtype and device; anything else is refused, naming it."""
-    from reprodqn.determinism import global_generators, resume_parts, run_folder
+    from reprodqn.determinism import resume_parts, run_folder
 
-    global_generators.check(f"{run}: resume point at step {step}")
-    run_folder.record_pending(Path(run))
-    resume_parts.save(Path(run), step, dict(parts))
+    kernels = run_folder.before_writing(Path(run), f"{run}: resume point at step {step}")
+    resume_parts.save(Path(run), step, dict(parts), kernels)
 
 
 def load_resume_point(

@@ -81,7 +81,7 @@ CPU_IDENTITY = {
     "stepping": "stepping",
 }
 # conditions records made before them lack these: absent on one side is no difference
-RECORDED_SINCE = {f"cpu.{name}" for name in CPU_IDENTITY}
+RECORDED_SINCE = {f"cpu.{name}" for name in CPU_IDENTITY} | {"kernels"}  # exact's runs
 
 
 def cpu_info() -> dict:

@@ -22,7 +22,7 @@ import torch
 
 from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
-from reprodqn.determinism import resume
+from reprodqn.determinism import kernel_settings, resume
 
 SCALARS = (bool, int, float, str, bytes, type(None))
 ARRAYS = (np.ndarray, np.memmap)  # np.matrix, masked and record arrays would come back plain
@@ -34,13 +34,15 @@ SAVABLE_DTYPES = frozenset(  # what safetensors writes (0.8): no complex128, no 
     | {torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz}
 )
 OBJECTS = "objects"  # latest.json: the parts that were objects with state
+KERNELS = "kernels"  # latest.json: what chose the kernels (kernel_settings)
 
 
-def save(run: Path, step: int, parts: dict[str, Any]) -> None:
-    """Write the parts as the run's latest resume point."""
+def save(run: Path, step: int, parts: dict[str, Any], kernels: dict | None = None) -> None:
+    """Write the parts as the run's latest resume point, with the kernel settings it ran."""
     state = {name: _plain(_state_of(part), name) for name, part in parts.items()}
     objects = sorted(name for name, part in parts.items() if _is_object(part))
-    resume.save(workspace.resume_dir(run), step, state, {OBJECTS: objects})
+    index = {OBJECTS: objects} | ({KERNELS: kernels} if kernels is not None else {})
+    resume.save(workspace.resume_dir(run), step, state, index)
 
 
 def load(run: Path, parts: dict[str, Any], device: str | None) -> dict | None:
@@ -50,6 +52,7 @@ def load(run: Path, parts: dict[str, Any], device: str | None) -> dict | None:
     point = resume.load(workspace.resume_dir(run), None if device is None else torch.device(device))
     if point is None:
         return None
+    kernel_settings.resumed(run, int(point.index["step"]), point.index.get(KERNELS))
     missing = sorted(set(parts) - set(point.state))
     if missing:
         raise InputError(f"{point.path}: resume point has no state for {missing}")

@@ -29,10 +29,11 @@ from reprodqn.core import run_lock, workspace
 from reprodqn.core.atomic import read_json, write_json
 from reprodqn.core.digests import json_digest, running_script_sha256
 from reprodqn.core.errors import InputError
-from reprodqn.determinism import provenance
+from reprodqn.determinism import global_generators, kernel_settings, provenance
 
 FORCE_ENV = "REPRODQN_FORCE_RESUME"  # "1": resume on other conditions, recorded per segment
 SEGMENTS = "resumed_on_other_conditions"  # conditions.json's list of such segments
+KERNELS = "kernels"  # conditions.json: torch.compile and the switches (kernel_settings)
 
 _HELD: dict[Path, contextlib.ExitStack] = {}  # run folders this process holds the lock of
 _PENDING: dict[Path, Callable[[], None]] = {}  # a resume's records, written once it is loaded
@@ -74,6 +75,7 @@ def release(directory: Path) -> None:
     """Let the folder go before the process ends (tests; a script that trains two runs)."""
     stack = _HELD.pop(Path(directory).resolve(), None)
     _PENDING.pop(Path(directory).resolve(), None)
+    kernel_settings.forget(directory)
     if stack is not None:
         stack.close()
 
@@ -87,6 +89,21 @@ def record_pending(directory: Path) -> None:
         write()
 
 
+def before_writing(directory: Path, place: str) -> dict:
+    """What a checkpoint or a resume point checks before it writes (the global generators,
+    a resumed segment's kernel settings), then the resume's records; the conditions take
+    the kernel settings where they changed. Returns the settings for the resume point."""
+    global_generators.check(place)
+    kernels = kernel_settings.at_save(directory)
+    record_pending(directory)
+    conditions_path = Path(directory) / workspace.CONDITIONS
+    if Path(directory).resolve() in _HELD and conditions_path.exists():
+        conditions = read_json(conditions_path, "run conditions")
+        if conditions.get(KERNELS) != kernels:  # a compile called after start_run
+            write_json(conditions_path, conditions | {KERNELS: kernels})
+    return kernels
+
+
 def start(directory: Path, config: Mapping[str, Any], process: Any) -> dict:
     """exact.start_run: check everything, then write (or defer) the run's records."""
     directory = Path(directory)
@@ -95,6 +112,8 @@ def start(directory: Path, config: Mapping[str, Any], process: Any) -> dict:
     digest, script = json_digest(config), running_script_sha256()
     recorded = directory / workspace.RUN_CONFIG
     conditions = provenance.collect(_ComputeRecord(process))
+    kernel_settings.watch_compile(getattr(process, "numerics", "standard"))
+    conditions[KERNELS] = kernel_settings.current()
     resumed_from = None
     if recorded.exists():
         _check_same_run(directory, read_json(recorded, "run config"), config, digest, script)
