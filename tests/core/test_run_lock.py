@@ -82,3 +82,24 @@ def test_an_executor_job_waits_for_the_holder_then_resumes_after_it_is_killed(
     assert (tmp_path / "deterministic" / "0" / "hashes.jsonl").read_bytes() == undisturbed
     lock = json.loads((tmp_path / "deterministic" / "0" / LOCK_NAME).read_text())
     assert lock["pid"] == waiting.pid  # the lock file names its last holder
+
+
+def test_a_block_that_fails_having_written_nothing_leaves_no_lock_nor_the_folders_made(tmp_path):
+    """A refused `evaluate` left evaluations/GROUP/RUN/.lock (issue 72, item 6)."""
+    from reprodqn.core.errors import InputError
+    from reprodqn.core.run_lock import hold
+
+    def refused(directory):
+        with pytest.raises(InputError, match="refused"), hold(directory, "test"):
+            raise InputError("refused")
+
+    base = tmp_path
+    refused(base / "evaluations" / "deterministic" / "0")
+    assert list(base.iterdir()) == []  # every folder it made, gone
+    (base / "kept").mkdir()
+    refused(base / "kept" / "0")
+    assert list(base.iterdir()) == [base / "kept"]  # a folder it did not make stays
+    with pytest.raises(InputError), hold(base / "wrote", "test"):
+        (base / "wrote" / "eval.csv").write_text("")
+        raise InputError("failed after writing")
+    assert sorted(p.name for p in (base / "wrote").iterdir()) == [".lock", "eval.csv"]

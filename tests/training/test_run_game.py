@@ -71,7 +71,7 @@ def test_evaluating_a_run_as_another_game_is_one_line_naming_both(
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert expected in err and "--set env.game=pong" in err
-    assert not list((tmp_path / "ev").rglob("eval.*"))
+    assert not (tmp_path / "ev").exists()  # not even a folder with a .lock (issue 72, item 6)
 
 
 def test_resume_point_and_trace_check_the_runs_game(tmp_path, capsys):

@@ -38,6 +38,7 @@ class _SetGame(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         namespace.overrides = [*namespace.overrides, f"env.game={values}"]
+        namespace.said_as = {f"--set env.game={values}": f"--game {values}"}  # in its errors
 
 
 def add_game_argument(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +104,13 @@ def load(args):
     from reprodqn.determinism import isa
 
     if getattr(args, "loaded_params", None) is None:
-        args.loaded_params = load_params(args.params, args.overrides, notice=notice)
+        try:
+            args.loaded_params = load_params(args.params, args.overrides, notice=notice)
+        except InputError as error:  # a flag's value is named as the flag the user gave
+            line = str(error)
+            for ours, theirs in getattr(args, "said_as", {}).items():
+                line = line.replace(ours, theirs)
+            raise InputError(line) from None
         isa.apply(args.loaded_params.compute.cpu_isa)
     return args.loaded_params
 

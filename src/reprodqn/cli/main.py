@@ -81,7 +81,7 @@ def cmd_select(args) -> int:
 
     params = _load(args)
     candidates = start_states.load(args.candidates, params.start_states.candidates)
-    start_states.check_game(candidates, args.candidates, params.env.game)
+    start_states.check_game(candidates, args.candidates, params.env.game, "select")
     max_q, ranker_sha = max_q_of_end_states(args.ranker, candidates["sequences"], params)
     doc = start_states.select(
         candidates,
@@ -242,7 +242,8 @@ def _evaluation_arguments(p) -> None:
         "--start-sequences",
         type=Path,
         default=None,
-        help="default: evaluation.start_sequences in params",
+        help="default: evaluation.start_sequences in params (left at the authors', the "
+        "game's own where the package carries them, else none)",
     )
 
 

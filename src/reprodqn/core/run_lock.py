@@ -73,8 +73,11 @@ def _try_lock(handle, path: Path) -> bool:
 @contextlib.contextmanager
 def hold(directory: Path, what: str, wait: float | None = None) -> Iterator[None]:
     """Hold the lock of `directory` (created if missing) for `what` (e.g. 'train
-    deterministic/0'); refuse with one line naming the holder, or wait up to `wait` s."""
+    deterministic/0'); refuse with one line naming the holder, or wait up to `wait` s. A
+    block that fails having written nothing there leaves no trace: the lock and the
+    folders made for it go (a refused `evaluate` left evaluations/GROUP/RUN/.lock)."""
     directory = Path(directory)
+    made = [d for d in (directory, *directory.parents) if not d.exists()]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOCK_NAME
     with open(path, "a+") as handle:
@@ -108,4 +111,20 @@ def hold(directory: Path, what: str, wait: float | None = None) -> Iterator[None
             )
         )
         handle.flush()
+        with _no_trace_left(directory, made):  # only once held: never another's lock
+            yield
+
+
+@contextlib.contextmanager
+def _no_trace_left(directory: Path, made: list[Path]) -> Iterator[None]:
+    """On failure, with the lock still held: where the lock is all `directory` holds, the
+    lock and the folders `made` for it (deepest first, while empty) are removed."""
+    try:
         yield
+    except BaseException:
+        if made and [p.name for p in directory.iterdir()] == [LOCK_NAME]:
+            (directory / LOCK_NAME).unlink()
+            for folder in made:
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+        raise

@@ -145,7 +145,7 @@ class AtariEnv(gym.Env):
                 _say_noop_starts(c.game, c.noop_max)
         else:
             doc = start_states.load(Path(self.start_sequences))
-            start_states.check_game(doc, Path(self.start_sequences), c.game)
+            start_states.check_game(doc, Path(self.start_sequences), c.game, "env")
             self.sequences = doc["sequences"]
         self._emulator = Emulator(c.game, 0.0, None, c.screen_size, c.resize)
         self.action_set = self._emulator.action_set
@@ -246,9 +246,14 @@ class AtariEnv(gym.Env):
         else:
             index = self._next
         if not isinstance(index, int | np.integer) or not 0 <= index < self.episodes:
+            which = (
+                "episodes of its no-op starts"
+                if self._noop_max is not None
+                else f"start sequences of {self.start_sequences}"
+            )
             raise InputError(
                 f"episode {index!r}: expected 0 to {self.episodes - 1} (the "
-                f"{self.episodes} start sequences of {self.start_sequences})"
+                f"{self.episodes} {which})"
             )
         index = int(index)
         self._next = (index + self.episode_stride) % self.episodes

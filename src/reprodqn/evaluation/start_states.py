@@ -170,19 +170,27 @@ def check_sequence(sequence, where: str, action_set: tuple[int, ...] = BREAKOUT_
             )
 
 
-def check_game(doc: dict, path: Path, game: str) -> None:
-    """Start states are a game's own: replayed on another game they mean nothing."""
-    if doc.get("game", "breakout") != game:
-        shipped = packaged.game_start_sequences_name(game)
-        remedy = (
-            f"evaluate with the package's for {game}: evaluation.start_sequences: {shipped}"
-            if shipped
-            else f"make {game}'s with the candidates, ranker and select stages"
-        )
-        raise InputError(
-            f"{path}: start states of {doc.get('game')!r}, but env.game is {game!r} "
-            f"({remedy}, or set evaluation.start_sequences: none)"
-        )
+def check_game(doc: dict, path: Path, game: str, door: str = "params") -> None:
+    """Start states are a game's own: replayed on another game they mean nothing. The
+    remedy is said as `door` takes it: "params" (evaluation.start_sequences), "env" (the
+    Gymnasium env's start_sequences=) or "select" (its candidates file)."""
+    theirs = doc.get("game", "breakout")
+    if theirs == game:
+        return
+    shipped = packaged.game_start_sequences_name(game)
+    make = f"make {game}'s with `reprodqn candidates`, `ranker` and `select`"
+    if door == "select":
+        remedy = f"select for their game: --set env.game={theirs}; or `reprodqn candidates`"
+        raise InputError(f"{path}: candidates of {theirs!r}, but env.game is {game!r} ({remedy})")
+    if door == "env":
+        own = f"leave start_sequences unset for the package's, {shipped}" if shipped else make
+        remedy, none = own, "or pass start_sequences='none'"
+        said = f"this env's game is {game!r}"
+    else:
+        own = f"evaluate with the package's for {game}: evaluation.start_sequences: {shipped}"
+        remedy, none = own if shipped else make, "or set evaluation.start_sequences: none"
+        said = f"env.game is {game!r}"
+    raise InputError(f"{path}: start states of {theirs!r}, but {said} ({remedy}, {none})")
 
 
 def for_game(evaluation, game: str) -> str:
