@@ -77,6 +77,11 @@ def reader(tmp_path_factory) -> Path:
     return folder
 
 
+def archive_of(reader: Path) -> Path:
+    """The archive the reader unpacked (the author's folder, beside the reader's)."""
+    return next(reader.parent.glob("made*/bundle.tar.gz"))
+
+
 def run(folder: Path, line: str) -> subprocess.CompletedProcess:
     """One command line of the page, in bash, with the fresh venv active where made."""
     env = {k: v for k, v in cli_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -90,8 +95,15 @@ def run(folder: Path, line: str) -> subprocess.CompletedProcess:
 
 def test_replicate_md_installs_checks_replicates_and_verifies_from_the_archive_alone(reader):
     page = (reader / bundle.ROOT / "REPLICATE.md").read_text()
-    check, install, replicate, spot = shell_blocks(page)
+    trust, install, check, replicate, spot = shell_blocks(page)
     assert check[0].startswith("reprodqn verify reprodqn-bundle")
+    # step 1, with the reader's own tools, before anything from the archive is installed
+    archive = archive_of(reader)
+    published = archive.with_name(archive.name + ".sha256").read_text().split()[0]
+    step = "set -e\n" + "\n".join(trust).replace("ARCHIVE", str(archive))
+    trusted = run(reader, step)
+    assert trusted.returncode == 0, trusted.stdout + trusted.stderr
+    assert trusted.stdout.split()[0] == published  # sha256sum ARCHIVE, then nothing more
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     for line in install:
         if line.startswith("pip install torch=="):  # the pin, from the local CPU build
@@ -104,6 +116,7 @@ def test_replicate_md_installs_checks_replicates_and_verifies_from_the_archive_a
     assert Path(where.stdout.strip()).is_relative_to(reader / ".venv")
     checked = run(reader, check[0])
     assert checked.returncode == 0 and checked.stdout.startswith("verify: consistent")
+    assert "checked by the bundle's own wheel" in checked.stdout  # which cannot vouch for it
     # step 3 as one shell session, as a reader types it: its `cd` holds for the next line
     replicated = run(reader, "set -e\n" + "\n".join(replicate))
     assert replicated.returncode == 0, replicated.stdout[-3000:] + replicated.stderr[-3000:]

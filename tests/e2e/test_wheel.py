@@ -210,9 +210,9 @@ def test_a_workspace_bundle_replicates_as_its_replicate_md_says(venv, tmp_path):
     with tarfile.open(study / "dist" / "b.tar.gz") as tar:
         tar.extractall(tmp_path / "reader", filter="data")
     page = (tmp_path / "reader" / "reprodqn-bundle" / "REPLICATE.md").read_text()
-    assert "pip install --no-deps reprodqn-bundle/wheels/reprodqn-" in page  # held already
+    assert 'echo "reprodqn-bundle/wheels/reprodqn-' in page  # installed already, by hash
     checked = run_in(tmp_path / "reader", ["reprodqn", "verify", "reprodqn-bundle"], env)
-    assert checked.returncode == 0, checked.stdout + checked.stderr  # the page's first step
+    assert checked.returncode == 0, checked.stdout + checked.stderr  # the page's check
     steps = [
         ["reprodqn", "init", "replication"],
         ["cp", "reprodqn-bundle/params.yaml", "replication/"],

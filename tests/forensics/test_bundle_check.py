@@ -251,10 +251,12 @@ def test_dvc_repro_inside_the_bundle_deletes_nothing_and_says_what_to_run(copy):
 
 
 def test_replicate_md_gives_the_time_and_the_steps_a_spot_check_takes(smoke_bundle):
-    """The reader's first page: verify BUNDLE first, then the measured training time (the
-    runs' own process records) and the --until steps deterministic/0 can be checked at."""
+    """The reader's first page: the archive checked with their own tools, then verify
+    BUNDLE; the measured training time (the runs' own process records) and the --until
+    steps deterministic/0 can be checked at."""
     page = (smoke_bundle / "REPLICATE.md").read_text()
-    assert page.split("```sh\n")[1].startswith("reprodqn verify reprodqn-bundle")
+    assert page.split("```sh\n")[1].startswith("sha256sum ARCHIVE")  # before any install
+    assert page.split("```sh\n")[3].startswith("reprodqn verify reprodqn-bundle")
     assert "Training took 5 min in all on cpu (12 runs, the longest " in page
     assert (
         "STEP is any step from 1 to 3,000; the checkpoints it compares are at 1,000, 2,000, "

@@ -229,10 +229,14 @@ def test_the_bundle_says_how_to_replicate_it_and_its_archive_carries_its_sha256(
 
     unpacked, out = bundled(tmp_path, STUDY_FILES)
     page = (unpacked / "REPLICATE.md").read_text()
-    assert page.split("```sh\n")[1].startswith("reprodqn verify reprodqn-bundle")  # first
-    assert "sha256sum -c MANIFEST.sha256" in page
+    assert page.split("```sh\n")[1].startswith("sha256sum ARCHIVE")  # first: own tools
+    assert "sha256sum --quiet -c MANIFEST.sha256" in page
     assert "pip install -r reprodqn-bundle/requirements.lock" in page
-    assert "pip install --no-deps reprodqn-bundle/wheels/reprodqn-" in page
+    wheel = next((unpacked / "wheels").glob("*.whl"))
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert f'echo "reprodqn-bundle/wheels/{wheel.name} --hash=sha256:{digest}"' in page
+    assert "pip install --no-deps --require-hashes -r wheel.txt" in page
+    assert "reprodqn verify reprodqn-bundle" in page
     assert "reprodqn verify --reference ../reprodqn-bundle" in page
     assert "REPLICATE.md" in manifest(unpacked)
     digest = hashlib.sha256(out.read_bytes()).hexdigest()

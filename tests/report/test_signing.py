@@ -64,15 +64,30 @@ def test_a_signed_bundle_names_its_signer_and_verifies_against_the_trusted_key(s
     assert (signed / workspace.SIGNER).read_bytes() == alice.with_suffix(".pub").read_bytes()
     assert workspace.SIGNER in bundle.read_manifest(signed)  # who signed is itself signed
     own = bundle_check.check(signed)
-    assert own["ok"] and own["signature"].startswith("signed by SHA256:")
-    assert "(alice@lab), as the bundle says; give --signer" in own["signature"]
-    trusted = bundle_check.check(signed, alice.with_suffix(".pub"))
-    assert trusted["ok"] and trusted["signature"].endswith("(alice@lab), the key --signer gives")
-    other = bundle_check.check(signed, mallory.with_suffix(".pub"))
-    assert not other["ok"] and other["failed"].startswith(
-        "signature: MANIFEST.sha256.sig: not a signature of this MANIFEST.sha256 by the key "
-        f"--signer {mallory.with_suffix('.pub')} gives (the bundle names SHA256:"
+    print_alice = fingerprint(alice)
+    assert own["ok"] and own["signature"] == (
+        f"signed by the key {print_alice}, as SIGNER.pub says; compare this fingerprint with "
+        "the one the paper publishes, or give --signer with the author's public key (the "
+        "key's comment proves nothing: anyone can write it)"
     )
+    trusted = bundle_check.check(signed, alice.with_suffix(".pub"))
+    assert trusted["ok"] and trusted["signature"] == (
+        f"signed by the key {print_alice}, the key --signer gives"
+    )
+    other = bundle_check.check(signed, mallory.with_suffix(".pub"))
+    assert not other["ok"] and other["failed"] == (
+        f"signature: MANIFEST.sha256.sig: signed by the key {print_alice}, not by the key "
+        f"--signer {mallory.with_suffix('.pub')} gives ({fingerprint(mallory)}): someone else "
+        "signed this bundle"
+    )
+
+
+def fingerprint(key: Path) -> str:
+    """The key's SHA-256 fingerprint, as ssh-keygen -l gives it."""
+    done = subprocess.run(
+        ["ssh-keygen", "-l", "-f", str(key.with_suffix(".pub"))], capture_output=True, text=True
+    )
+    return done.stdout.split()[1]
 
 
 def test_an_allowed_signers_file_is_a_signer_too(signed, keys, tmp_path):
@@ -100,8 +115,11 @@ def test_a_manifest_rewritten_by_someone_else_fails_the_signature(copy, keys):
     from reprodqn.report import signing
 
     (copy / workspace.SIGNATURE).write_bytes(signing.sign(manifest, mallory))
-    resigned = bundle_check.check(copy)
-    assert "(mallory@lab), as the bundle says" in resigned["held"][1], resigned
+    resigned = bundle_check.check(copy)  # whole as signed: the fingerprint says by whom
+    assert (
+        f"signed by the key {fingerprint(mallory)}, as SIGNER.pub says; compare"
+        in (resigned["held"][1])
+    )
     command = [sys.executable, "-m", "reprodqn.cli", "verify", str(copy)]
     done = subprocess.run(
         [*command, "--signer", str(alice.with_suffix(".pub"))],
@@ -131,6 +149,8 @@ def smoke_bundle_unsigned(copy) -> Path:
     document = json.loads(crate.read_text())
     document["@graph"] = [e for e in document["@graph"] if e.get("@id") != workspace.SIGNER]
     crate.write_text(json.dumps(document))
+    # its page as an unsigned bundle's (a signed one's says how to check the signature)
+    (copy / "REPLICATE.md").write_text(bundle.shipped_page(copy))
     rewrite_manifest(copy)
     return copy
 
@@ -149,3 +169,84 @@ def test_signer_is_refused_where_no_bundle_is_checked(tmp_path, keys):
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=cli_env())
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "verify --signer: only with one unpacked bundle" in done.stderr
+
+
+def test_a_comment_on_the_key_is_not_shown_as_who_signed(copy, keys, tmp_path):
+    """A tamperer's key with the author's comment on it: the fingerprint is what is shown."""
+    alice, mallory = keys
+    forged = tmp_path / "forged.pub"
+    kind, blob, _ = mallory.with_suffix(".pub").read_text().split()
+    forged.write_text(f"{kind} {blob} alice@lab\n")
+    shutil.copyfile(forged, copy / workspace.SIGNER)
+    rewrite_manifest(copy)
+    from reprodqn.report import signing
+
+    (copy / workspace.SIGNATURE).write_bytes(
+        signing.sign((copy / bundle.MANIFEST).read_bytes(), mallory)
+    )
+    result = bundle_check.check(copy)
+    assert "alice@lab" not in result["signature"]
+    assert result["signature"].startswith(f"signed by the key {fingerprint(mallory)},")
+
+
+def test_a_signature_by_another_key_than_signer_pub_is_named(copy, keys):
+    alice, mallory = keys
+    from reprodqn.report import signing
+
+    (copy / workspace.SIGNATURE).write_bytes(
+        signing.sign((copy / bundle.MANIFEST).read_bytes(), mallory)
+    )
+    result = bundle_check.check(copy)
+    assert result["failed"].startswith(
+        "signature: MANIFEST.sha256.sig: not a signature of this MANIFEST.sha256 by the key "
+        "the bundle names (SHA256:"
+    )
+
+
+def test_a_removed_signature_with_signer_pub_left_is_named(copy):
+    (copy / workspace.SIGNATURE).unlink()
+    result = bundle_check.check(copy)
+    assert result["failed"] == (
+        "signature: SIGNER.pub names a signer, but there is no MANIFEST.sha256.sig: the "
+        "signature was removed (bundle --sign ships both)"
+    )
+
+
+def test_a_private_key_given_as_signer_is_named_as_such(signed, keys):
+    alice, _ = keys
+    command = [sys.executable, "-m", "reprodqn.cli", "verify", str(signed), "--signer", str(alice)]
+    done = subprocess.run(command, capture_output=True, text=True, env=cli_env())
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stdout + done.stderr
+    assert f"--signer {alice}: a private key; give its public half (alice.pub)" in done.stderr
+
+
+def test_a_signed_bundles_page_says_so_and_its_first_step_catches_a_replaced_wheel(
+    signed, keys, tmp_path
+):
+    """REPLICATE.md's first step, run as written with tools the reader has (sha256sum,
+    ssh-keygen) and the author's key from outside the bundle, passes on the bundle; on one
+    whose wheel was replaced (the manifest rewritten to match, the crate too) it fails
+    before anything from the archive is installed."""
+    from tests.e2e.test_replicate import shell_blocks
+    from tests.forensics.test_bundle_cross import CHECKER, loosen, rewrite_wheel
+
+    alice, _ = keys
+    page = (signed / "REPLICATE.md").read_text()
+    assert "The bundle is signed: `MANIFEST.sha256.sig` signs the manifest." in page
+    files, signature = shell_blocks(page)[:2]
+    assert signature[-2].startswith("-s MANIFEST.sha256.sig")  # the line it continues
+    folder = tmp_path / "reader"
+    shutil.copytree(signed, folder / bundle.ROOT)
+    shutil.copyfile(alice.with_suffix(".pub"), folder / "AUTHOR_KEY.pub")
+    step = "set -e\n" + "\n".join(files[1:] + signature)  # after sha256sum ARCHIVE
+    done = subprocess.run(["bash", "-c", step], cwd=folder, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert 'Good "reprodqn-bundle" signature for author' in done.stdout + done.stderr
+    rewrite_wheel(folder / bundle.ROOT, CHECKER, loosen)
+    (folder / bundle.ROOT / "code" / CHECKER).write_bytes(
+        loosen((folder / bundle.ROOT / "code" / CHECKER).read_bytes())
+    )
+    rewrite_manifest(folder / bundle.ROOT)
+    caught = subprocess.run(["bash", "-c", step], cwd=folder, capture_output=True, text=True)
+    assert caught.returncode != 0
+    assert "Could not verify signature" in caught.stdout + caught.stderr

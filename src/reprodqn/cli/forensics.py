@@ -98,7 +98,7 @@ def cmd_trace_diff(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from reprodqn.forensics import chains, verify
+    from reprodqn.forensics import attestation, chains, verify
 
     if args.folders:
         return _verify_folders(args)
@@ -111,8 +111,8 @@ def cmd_verify(args) -> int:
         from reprodqn.determinism import isa
         from reprodqn.forensics import rerun
 
-        if args.until is None:
-            raise InputError("verify --rerun: expected --until STEP")
+        if args.until is None or args.attest is not None:
+            raise InputError("verify --rerun: expected --until STEP, and no --attest")
         group, run = rerun.parse_run(args.rerun)
         verify.check_bundle(args.reference)
         config = rerun.shipped_config(args.reference, group, run, args.params, args.overrides)
@@ -137,6 +137,8 @@ def cmd_verify(args) -> int:
     params = _load(args)
     result = verify.verify(args.root, args.reference, params.study)
     print(verify.summary(result))
+    if args.attest is not None:
+        print(attestation.attest(args.root, args.reference, result, args.attest))
     return chains.exit_code(result)
 
 
@@ -145,8 +147,8 @@ def _verify_folders(args) -> int:
     such run rerun here to --until."""
     from reprodqn.forensics import chains
 
-    if args.reference is not None or args.rerun is not None:
-        raise InputError("verify FOLDER...: result folders take no --reference or --rerun")
+    if args.reference is not None or args.rerun is not None or args.attest is not None:
+        raise InputError("verify FOLDER...: result folders take no --reference, --rerun, --attest")
     for option in ("signer", "evaluate"):
         if getattr(args, option) is not None and (len(args.folders) != 1 or args.until is not None):
             raise InputError(f"verify --{option}: only with one unpacked bundle (verify BUNDLE)")
@@ -273,6 +275,11 @@ def _add_verify_options(p) -> None:
         help="with BUNDLE: the signer's OpenSSH public key (or an allowed_signers file) the "
         "manifest's signature must verify against",
     )
+    p.add_argument(
+        "--attest", type=Path, default=None, metavar="KEY",
+        help="with --reference BUNDLE: sign a statement of this replication with an OpenSSH "
+        "private key (an in-toto Statement in attestations/ beside the bundle)",
+    )  # fmt: skip
     p.add_argument(
         "--episodes",
         type=int,

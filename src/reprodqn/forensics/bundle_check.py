@@ -2,19 +2,29 @@
 checked in seconds, in order, stopping at the first that fails.
 
   manifest     every file has the SHA-256 MANIFEST.sha256 gives, and none is unlisted
-  signature    the manifest is signed by the key given (--signer), or said unsigned
+  signature    the manifest is signed by the key given (--signer), or by the key whose
+               fingerprint is shown, or said unsigned
   crate        ro-crate-metadata.json lists the manifest's files with the same SHA-256s
+  code         the wheel is its RECORD's and code/'s (bundle_cross, as the next three)
   params       params.yaml gives every run the config digest its config.json records,
                and that config gives the same digest
+  pipeline, conditions, runs
+               the other facts the bundle states twice, each pair cross-checked
   checkpoints  each shipped checkpoint holds the weights its chain line records
   report       the report rebuilt from the bundle's runs and eval.csv files is the shipped
                one, file by file (Table 1, curves, variance tests, verdict, metrics, pages)
+  page         REPLICATE.md is the page the bundle's files give (its commands, the wheel's
+               hash), not one pointing elsewhere
+  attestations each signed replication statement in the bundle or beside it holds, and
+               who replicated it on which machine (attestation)
   evaluate     with --evaluate K, K episodes played again from the shipped checkpoints give
                their eval.csv rows (bundle_replay)
 
 A manifest rewritten after an edit passes the first link and fails a later one: the parts
-of a bundle say the same thing several times over. What no link covers: that the chains
-are what training computes (`verify --rerun` retrains a run for that)."""
+of a bundle say the same thing several times over. What no link covers, and the verdict
+says: that the chains are what training computes and the scores what the checkpoints play
+(`verify --rerun` retrains a run for that; without shipped checkpoints only a replay
+checks a score), and the checker itself when it is the bundle's own wheel."""
 
 from __future__ import annotations
 
@@ -25,18 +35,20 @@ from pathlib import Path
 from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
 from reprodqn.core.errors import InputError
+from reprodqn.forensics import bundle_cross
 from reprodqn.forensics.chains import plural
 
-LINKS = ("manifest", "signature", "crate", "params", "checkpoints", "report", "evaluate")
+LINKS = (
+    *("manifest", "signature", "crate", "code", "params", "pipeline", "conditions", "runs"),
+    *("checkpoints", "report", "page", "attestations", "evaluate"),
+)
 CHECKPOINT_NAME = re.compile(r"step-(\d+)\.safetensors")
-
-
-class LinkBroken(Exception):
-    """A link of the bundle that does not hold: its name and one line saying why."""
-
-    def __init__(self, link: str, detail: str):
-        super().__init__(f"{link}: {detail}")
-        self.link, self.detail = link, detail
+CROSS = (  # (link, check): the facts stated twice (bundle_cross), after params
+    ("pipeline", bundle_cross.pipeline),
+    ("conditions", bundle_cross.conditions),
+    ("runs", bundle_cross.runs),
+)
+LinkBroken = bundle_cross.Disagrees  # a link that does not hold: its name and one line
 
 
 def check(directory: Path, signer: Path | None = None, evaluate: int = 0) -> dict:
@@ -61,15 +73,38 @@ def check(directory: Path, signer: Path | None = None, evaluate: int = 0) -> dic
         signature = _signature(directory, signer)
         held.append(f"signature: {signature}")
         held.append(f"crate: {_crate(directory, listed)}")
+        held.append(f"code: {bundle_cross.code(directory)}")
         params = _load_params(directory)
         held.append(f"params: {_params(directory, params)}")
+        held += [f"{link}: {cross(directory)}" for link, cross in CROSS]
         held.append(f"checkpoints: {_checkpoints(directory)}")
         held.append(f"report: {_report(directory, params)}")
+        held.append(f"page: {_page(directory)}")
+        held.append(f"attestations: {_attestations(directory)}")
         if evaluate:
             held.append(f"evaluate: {_evaluate(directory, params, evaluate)}")
     except LinkBroken as broken:
         return {"ok": False, "held": held, "failed": str(broken), "signature": signature}
-    return {"ok": True, "held": held, "failed": None, "signature": signature}
+    unvouched = [bundle_cross.checker(directory), _needs_replication(directory)]
+    return {
+        "ok": True, "held": held, "failed": None, "signature": signature, "unvouched": unvouched
+    }  # fmt: skip
+
+
+def _needs_replication(directory: Path) -> str:
+    """What only training again can check, said plainly in the verdict."""
+    shipped = any((directory / workspace.RUNS).glob("*/*/checkpoints/*.safetensors"))
+    scores = (
+        "the scores are what the shipped checkpoints play (--evaluate K replays some), but "
+        "not that training computes those checkpoints"
+        if shipped
+        else "no checkpoints are shipped, so a score (eval.csv) and the chains are checked "
+        "only by training again"
+    )
+    return (
+        f"needs a replication: {scores}: verify --reference after one, or verify --rerun "
+        "GROUP/RUN --until STEP for one run (it replays the episodes of steps 0 and STEP)"
+    )
 
 
 def summary(result: dict, seconds: float | None = None) -> str:
@@ -79,17 +114,14 @@ def summary(result: dict, seconds: float | None = None) -> str:
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     lines = [f"verify: consistent{took}, every link that holds without training:"]
     lines += [f"  {line}" for line in result["held"]]
-    lines.append(
-        "not checked here: that training computes these chains (verify --rerun GROUP/RUN "
-        "--until STEP retrains one run; a replication and verify --reference, all)"
-    )
+    lines += result.get("unvouched", [])
     return "\n".join(lines)
 
 
 def _manifest(directory: Path) -> dict[str, str]:
     from reprodqn.report.bundle import MANIFEST, check_manifest, read_manifest
 
-    bad = check_manifest(directory)
+    bad = check_manifest(directory, everywhere=True)
     if bad:
         raise LinkBroken(
             "manifest",
@@ -258,10 +290,53 @@ def _report(directory: Path, params) -> str:
     return f"{plural(len(compared), 'file')} rebuilt from the runs' eval.csv files, identical"
 
 
-def _first_line(shipped: str, rebuilt: str) -> str:
-    """Where a shipped report file first differs from the rebuilt one."""
+def _page(directory: Path) -> str:
+    """REPLICATE.md against the page the bundle's files give: its commands (the install
+    line, the wheel's hash) are the bundle's, not pointing elsewhere."""
+    from reprodqn.report import bundle
+
+    path = directory / workspace.REPLICATE
+    if not path.exists():
+        raise LinkBroken("page", f"{workspace.REPLICATE}: not in the bundle")
+    try:
+        expected = bundle.shipped_page(directory)
+    except InputError as error:
+        raise LinkBroken("page", str(error)) from None
+    shipped = path.read_text()
+    if shipped != expected:
+        raise LinkBroken(
+            "page",
+            f"{workspace.REPLICATE}: not the page the bundle's files give"
+            + _first_line(shipped, expected, "generated"),
+        )
+    return f"{workspace.REPLICATE} is the page the bundle's files give, command for command"
+
+
+def _attestations(directory: Path) -> str:
+    """The signed replication statements in the bundle or beside it (attestation)."""
+    from reprodqn.forensics import attestation
+
+    try:
+        return attestation.check(directory)
+    except attestation.Forged as error:
+        raise LinkBroken("attestations", str(error)) from None
+
+
+EXCERPT = 60  # characters of each side shown from just before where they part
+
+
+def _first_line(shipped: str, rebuilt: str, other: str = "rebuilt") -> str:
+    """Where a shipped file first differs from the rebuilt one: each line's excerpt starts
+    just before the first character where they part, so the two never read the same."""
     pairs = zip(shipped.splitlines(), rebuilt.splitlines(), strict=False)
     for number, (a, b) in enumerate(pairs, 1):
         if a != b:
-            return f" (line {number}: shipped {a.strip()[:50]!r}, rebuilt {b.strip()[:50]!r})"
+            start = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+            start = min(len(a), len(b)) if start is None else start
+            cut = max(0, start - 20)
+            lead = "…" if cut else ""
+            return (
+                f" (line {number}, column {start + 1}: shipped {lead + a[cut : cut + EXCERPT]!r}, "
+                f"{other} {lead + b[cut : cut + EXCERPT]!r})"
+            )
     return " (of another length)"

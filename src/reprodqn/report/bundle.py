@@ -55,6 +55,7 @@ WORKSPACE_DIRS = ("presets",)  # a workspace's own overlays beside its params.ya
 ROOT = "reprodqn-bundle"
 METADATA = ("CITATION.cff", workspace.CRATE)  # written by the bundle, for archives
 MANIFEST = workspace.MANIFEST
+ATTESTATIONS = "attestations"  # forensics.attestation's FOLDER: replications received
 
 
 def manifest_text(hashes: dict[str, str]) -> str:
@@ -111,6 +112,8 @@ def collect(root: Path, checkpoints: bool) -> list[Path]:
         }
         if checkpoints:
             files |= {p.relative_to(root) for p in workspace.checkpoints_dir(run_dir).glob("*")}
+    # replication attestations received (verify --attest): signed statements, shipped as is
+    files |= {p.relative_to(root) for p in (root / ATTESTATIONS).glob("*.intoto.json*")}
     for name in ("ranker/ranker.json", "ranker/ranker.safetensors"):
         if (root / name).exists():
             files.add(Path(name))
@@ -133,7 +136,7 @@ def write(root: Path, out: Path, checkpoints: bool, sign: Path | None = None) ->
         contents.pop(stale, None)
     if sign is not None:
         contents[workspace.SIGNER] = signing.public_key(sign)  # who signs, itself signed
-    contents[readme.NAME] = readme.text(root, is_checkout(root)).encode()
+    contents[readme.NAME] = page(root, contents, sign is not None).encode()
     # each file read for its hash once: the manifest and the crate share them (checkpoints
     # and resume points run to gigabytes)
     hashes = {name: _sha256(root, name, data) for name, data in contents.items()}
@@ -154,6 +157,43 @@ def write(root: Path, out: Path, checkpoints: bool, sign: Path | None = None) ->
     except OSError as error:  # a study file's is its own (_write_archive)
         raise InputError(f"--out {out}: cannot write there ({error.strerror})") from None
     return {"files": len(contents), "bytes": out.stat().st_size, "sha256": digest}
+
+
+def page(root: Path, contents: dict[str, bytes | None], signed: bool) -> str:
+    """REPLICATE.md for these contents: the wheel by its path and SHA-256 (its install
+    line requires that hash), signed or not, a checkout's commit."""
+    checkout = is_checkout(root)
+    wheel_path = next(name for name in sorted(contents) if name.startswith(f"{wheel.WHEEL_DIR}/"))
+    shipped = readme.Shipped(
+        wheel=wheel_path,
+        wheel_sha256=_sha256(root, wheel_path, contents[wheel_path]),
+        signed=signed,
+        commit=provenance.git_info(root).get("commit") if checkout else None,
+    )
+    return readme.text(root, checkout, shipped)
+
+
+def shipped_page(directory: Path) -> str:
+    """REPLICATE.md as an unpacked bundle's files give it (verify BUNDLE's page link): the
+    wheel it holds, its signature, a checkout's commit from its CITATION.cff."""
+    import yaml
+
+    directory = Path(directory)
+    wheels = sorted((directory / wheel.WHEEL_DIR).glob("*.whl"))
+    if not wheels:
+        raise InputError(f"{directory / wheel.WHEEL_DIR}: no wheel in the bundle")
+    checkout = is_checkout(directory)
+    try:
+        cff = yaml.safe_load((directory / "CITATION.cff").read_text())
+    except (OSError, yaml.YAMLError):
+        cff = {}
+    shipped = readme.Shipped(
+        wheel=f"{wheel.WHEEL_DIR}/{wheels[0].name}",
+        wheel_sha256=sha256_file(wheels[0]),
+        signed=(directory / workspace.SIGNATURE).exists(),
+        commit=(cff or {}).get("commit") if checkout else None,
+    )
+    return readme.text(directory, checkout, shipped)
 
 
 def _write_archive(root: Path, out: Path, contents: dict[str, bytes | None]) -> None:
@@ -320,9 +360,17 @@ def read_manifest(directory: Path) -> dict[str, str]:
     return listed
 
 
-def check_manifest(directory: Path) -> list[str]:
-    """Files of an unpacked bundle whose SHA-256 does not match its manifest, then files
-    under the folders verify reads that the manifest does not list."""
+# what tools write in an unpacked bundle (Python's caches, `dvc repro`'s refusal): no one's
+# claim; every other file is the manifest's, or named
+TOOL_LEFTOVERS = ("__pycache__",)
+DVC_LEFTOVERS = (".dvc/tmp/", ".dvc/cache/")
+
+
+def check_manifest(directory: Path, everywhere: bool = False) -> list[str]:
+    """Files of an unpacked bundle whose SHA-256 does not match its manifest, then files the
+    manifest does not list: anywhere in the bundle (`everywhere`: verify BUNDLE, for which
+    one signature vouches for the whole archive), else under the folders verify --reference
+    reads (a checkout bundle built in place by pip gains build/ and egg-info there)."""
     directory = Path(directory)
     listed = read_manifest(directory)
     bad = [
@@ -330,10 +378,15 @@ def check_manifest(directory: Path) -> list[str]:
         for name, digest in listed.items()
         if not (directory / name).is_file() or sha256_file(directory / name) != digest
     ]
-    held = {  # where verify reads: a file there that no one listed would be compared unchecked
+    folders = [directory] if everywhere else [
+        directory / folder for folder in (workspace.RUNS, workspace.EVALUATIONS, workspace.RESULTS)
+    ]  # fmt: skip
+    held = {
         path.relative_to(directory).as_posix()
-        for folder in (workspace.RUNS, workspace.EVALUATIONS, workspace.RESULTS)
-        for path in (directory / folder).rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts
+        for folder in folders
+        for path in folder.rglob("*")
+        if path.is_file() and not set(TOOL_LEFTOVERS) & set(path.parts)
     }
+    held -= {MANIFEST, workspace.SIGNATURE}
+    held = {name for name in held if not name.startswith(DVC_LEFTOVERS)}
     return bad + [f"{name} (not in the manifest)" for name in sorted(held - set(listed))]

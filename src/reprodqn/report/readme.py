@@ -6,13 +6,12 @@ byte for byte reproducible."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from reprodqn import __version__
 from reprodqn.core import workspace
-from reprodqn.determinism import provenance
 
 NAME = workspace.REPLICATE
 
@@ -128,7 +127,7 @@ checkpoint files it finds and the scores both sides evaluated: identical, or the
 run and checkpoint where they part, with the settings and conditions that differ. Runs
 that differ by design (the gpu group's on a CPU) are named and not counted.
 
-## 4. Check one run, without the whole study
+## 5. Check one run, without the whole study
 
 In the folder of step 2, beside `reprodqn-bundle/` (no replication needed):
 
@@ -140,70 +139,38 @@ reprodqn verify --reference reprodqn-bundle --rerun deterministic/0 --until STEP
 SPOT_CHECK = """\
 It retrains the run here to STEP and compares its checkpoints' chains
 and every `process.jsonl` record up to STEP by value (losses, epsilon, scores), then
-replays `--episodes K` (default 10) evaluation episodes of its last checkpoint against
-`eval.csv`. It checks that one run to STEP, not the others, nor the steps after it."""
+replays `--episodes K` (default 10) evaluation episodes of its step-0 checkpoint and of
+its last against `eval.csv`. It checks that one run to STEP, not the others, nor the
+steps after it."""
 CHECKS = """\
-## 1. What `verify reprodqn-bundle` checks
+## 3. What `verify reprodqn-bundle` checks
 
 Each link, in order; the first that fails is named in one line (exit 1):
 
-- **manifest**: every file has its SHA-256, and no unlisted file sits where verify reads;
-- **signature**: `MANIFEST.sha256.sig` signs the manifest, by the key `--signer` gives
-  (`SIGNER.pub` names who signed); an unsigned bundle is said to be unsigned;
+- **manifest**: every file has its SHA-256, and the manifest lists every file;
+- **signature**: `MANIFEST.sha256.sig` signs the manifest, by the key `--signer` gives;
+  without it, the signing key's fingerprint is shown for you to compare with the paper's;
+  an unsigned bundle is said to be unsigned;
 - **crate**: the RO-Crate lists the manifest's files with the same SHA-256s;
+- **code, pipeline, conditions, runs**: what the bundle says twice says the same: the
+  wheel and `code/`; `dvc.lock`'s params and `params.yaml`; the fingerprint, each run's
+  conditions, `results/conditions.json` and the lock's pins; each run's `complete.json`
+  and `process.jsonl` and its chain;
 - **params**: `params.yaml` gives every run the config digest its `config.json` records;
 - **checkpoints**: each shipped checkpoint holds the weights its chain records;
 - **report**: Table 1, the curves, the variance tests, the verdict and the pages, rebuilt
   from the runs' records and `eval.csv` files, equal the shipped ones;
 - **evaluate** (`--evaluate K`, where the bundle ships checkpoints): K evaluation
-  episodes, evenly spaced over their `eval.csv` rows, played again give their rows.
+  episodes, evenly spaced over their `eval.csv` rows, played again give their rows;
+- **page**: this page is the one the bundle's files give.
 
 It does not check that training computes these chains and evaluation these scores: a
-bundle whose every file was remade to agree is consistent. Steps 3 and 4 check that.
-Without reprodqn, `(cd reprodqn-bundle && sha256sum -c MANIFEST.sha256)` checks the listed
-files only.
+bundle whose every file was remade to agree is consistent. Steps 4 and 5 check that;
+without shipped checkpoints, a score is checked only by them, and its verdict says so.
 
 """
-
-
-def text(root: Path, checkout: bool) -> str:
-    """The page for the bundle of `root` (a checkout of reprodqn, or a workspace that ran
-    the installed package)."""
-    from reprodqn.report.wheel import wheel_name
-
-    root = Path(root)
-    packages = _json(root / workspace.conditions_path()).get("packages", {})
-    torch = str(packages.get("torch", "2.13.0")).split("+")[0]
-    # the version a workspace's stages recorded (results/installed.json), else this one's
-    version = _json(root / workspace.RESULTS / workspace.INSTALLED).get("version", __version__)
-    commit = provenance.git_info(root).get("commit") if checkout else None
-    made = f"made with reprodqn {version}" + (f" (code at commit {commit})" if commit else "")
-    return f"""# {_title(root)}
-
-First, check the bundle on its own (seconds, no training; install reprodqn as in step 2):
-
-```sh
-reprodqn verify reprodqn-bundle            # --signer KEY.pub: against the key you trust
-```
-
-This is the study's bundle, {made}. It holds {_holds(root, checkout, version)}, the
-package as a wheel (`wheels/`) with the lock it ran under (`requirements.lock`), and the
-SHA-256 of every file (`MANIFEST.sha256`). `CITATION.cff` says what to cite;
-`ro-crate-metadata.json` says what each file is.
-
-{CHECKS}## 2. Install, from this archive
-
-In a new folder beside `reprodqn-bundle/`, not in it (its runs are finished, and the
-commands that write results refuse to run inside it):
-
-```sh
-python3.11 -m venv .venv && . .venv/bin/activate
-pip install torch=={torch}
-pip install -r reprodqn-bundle/requirements.lock
-pip install --no-deps reprodqn-bundle/wheels/{wheel_name()}
-```
-
-## 3. Replicate the study, and compare
+REPLICATE = """\
+## 4. Replicate the study, and compare
 
 ```sh
 reprodqn init replication && cp reprodqn-bundle/params.yaml replication/
@@ -211,6 +178,132 @@ cd replication && dvc repro        # the whole study, at the bundle's params
 reprodqn verify --reference ../reprodqn-bundle
 ```
 
+"""
+TRUST = """\
+With tools you already have (coreutils, OpenSSH), not with anything in the archive: a
+wheel altered in the archive would install a checker that says "consistent" to anything.
+
+```sh
+sha256sum ARCHIVE              # the SHA-256 the paper publishes for the archive: the same?
+cd reprodqn-bundle
+sha256sum --quiet -c MANIFEST.sha256                # every listed file has its SHA-256
+find . -type f ! -name 'MANIFEST.sha256*' | cut -c3- | LC_ALL=C sort > ../held.txt
+cut -c67- MANIFEST.sha256 | LC_ALL=C sort | diff - ../held.txt   # no file left unlisted
+cd ..
+```
+
+(ARCHIVE is the `.tar.gz` you unpacked; on macOS, `shasum -a 256` for `sha256sum`.) The
+`diff` prints nothing when the manifest lists every file. The manifest gives the SHA-256
+of every file, the wheel and the lock included, so these hold for them too.
+"""
+SIGNED = """\
+The bundle is signed: `MANIFEST.sha256.sig` signs the manifest. Check it with the author's
+public key as the paper (or the author's page) publishes it, saved as `AUTHOR_KEY.pub`,
+never with the bundle's own `SIGNER.pub`: anyone can sign with a key of their own, and
+write any name on it.
+
+```sh
+echo "author $(cat AUTHOR_KEY.pub)" > allowed_signers
+cd reprodqn-bundle
+ssh-keygen -Y verify -f ../allowed_signers -I author -n reprodqn-bundle \\
+  -s MANIFEST.sha256.sig < MANIFEST.sha256
+cd ..
+```
+
+"Good "reprodqn-bundle" signature for author" and the exit status 0: the author signed
+these files.
+"""
+UNSIGNED = """\
+The bundle is unsigned: the archive's SHA-256, as the paper publishes it, is all that
+vouches for it.
+"""
+LOCK_UNHASHED = (
+    "The lock's pins carry no hashes (a workspace's lock: the versions it ran), so they\n"
+    "install from your package index by version."
+)
+
+
+def text(root: Path, checkout: bool, shipped: Shipped) -> str:
+    """The page for the bundle of `root` (a checkout of reprodqn, or a workspace that ran
+    the installed package), from the bundled files and `shipped`: what the bundle adds."""
+    root = Path(root)
+    packages = _json(root / workspace.conditions_path()).get("packages", {})
+    torch = str(packages.get("torch", "2.13.0")).split("+")[0]
+    # the version a workspace's stages recorded (results/installed.json), else the wheel's
+    wheel_version = Path(shipped.wheel).name.split("-")[1]
+    version = _json(root / workspace.RESULTS / workspace.INSTALLED).get("version", wheel_version)
+    commit = shipped.commit if checkout else None
+    made = f"made with reprodqn {version}" + (f" (code at commit {commit})" if commit else "")
+    return f"""# {_title(root)}
+
+This is the study's bundle, {made}. It holds {_holds(root, checkout, version)}, the
+package as a wheel (`wheels/`) with the lock it ran under (`requirements.lock`), and the
+SHA-256 of every file (`MANIFEST.sha256`). `CITATION.cff` says what to cite;
+`ro-crate-metadata.json` says what each file is.
+
+{trust_section(shipped)}{install_section(root, torch, shipped)}{CHECKS}{REPLICATE}
 {_time_line(root)}
 
 {COMPARED}{_rerun_lines(root)} {SPOT_CHECK}"""
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """What the page says that the study's files do not: the wheel (its path in the bundle
+    and SHA-256), whether the manifest is signed, the checkout's commit."""
+
+    wheel: str
+    wheel_sha256: str
+    signed: bool
+    commit: str | None = None
+
+
+def trust_section(shipped: Shipped) -> str:
+    """Step 1: the archive checked with tools the reader already trusts, before anything
+    from it is installed or run (a checker installed from the archive cannot vouch for
+    the archive)."""
+    signature = SIGNED if shipped.signed else UNSIGNED
+    return f"""## 1. Before you install or run anything from it: check the archive
+
+{TRUST}
+{signature}
+"""
+
+
+def install_section(root: Path, torch: str, shipped: Shipped) -> str:
+    """Step 3: the lock, then the wheel by the SHA-256 the signed manifest gives."""
+    hashed = "--hash=" in _read(root / "requirements.lock")
+    lock = "pip install --require-hashes" if hashed else "pip install"
+    return f"""## 2. Install, from this archive
+
+In the folder that holds `reprodqn-bundle/` (not inside it: its runs are finished, and the
+commands that write results refuse to run there), after step 1:
+
+```sh
+python3.11 -m venv .venv && . .venv/bin/activate
+pip install torch=={torch}
+{lock} -r reprodqn-bundle/requirements.lock
+echo "reprodqn-bundle/{shipped.wheel} --hash=sha256:{shipped.wheel_sha256}" > wheel.txt
+pip install --no-deps --require-hashes -r wheel.txt
+```
+
+The wheel installs only with the SHA-256 the manifest gives it (the manifest step 1
+checked); torch by its version, as its build (CPU or CUDA) is your machine's.
+{"The lock's pins carry their hashes too." if hashed else LOCK_UNHASHED}
+
+Then check the bundle with what you installed (seconds, no training):
+
+```sh
+reprodqn verify reprodqn-bundle            # --signer AUTHOR_KEY.pub: against the author's key
+```
+
+It checks from the bundle's own wheel, so it cannot vouch for that wheel: step 1 does.
+
+"""
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
