@@ -181,9 +181,11 @@ def make_resume_point(
 def replay_evaluation(
     reference: Path, config: RunConfig, evaluation, rerun: Path, until: int, episodes: int
 ) -> dict | None:
-    """The last checkpoint retrained here (to `until`) that the reference evaluated, played
-    again on its first `episodes` episodes, row by row against the reference's eval.csv;
-    None where the reference evaluated none of them (or `episodes` is 0)."""
+    """The first and the last checkpoint retrained here (to `until`) that the reference
+    evaluated, each played again on its first `episodes` episodes, row by row against the
+    reference's eval.csv (the first: step 0's scores are the report's too, and a forged
+    one there was missed); None where the reference evaluated none of them (or `episodes`
+    is 0)."""
     eval_dir = workspace.eval_dir(reference / workspace.EVALUATIONS, config.group, config.run)
     if episodes <= 0 or not (eval_dir / workspace.EVAL_CSV).exists():
         return None
@@ -191,15 +193,22 @@ def replay_evaluation(
     for row in workspace.read_eval(eval_dir):
         shipped.setdefault(int(row["step"]), []).append(row)
     retrained = [h for h in workspace.read_hashes(rerun) if h["step"] <= until]
-    line = next((h for h in reversed(retrained) if h["step"] in shipped), None)
-    if line is None:
+    lines = [h for h in retrained if h["step"] in shipped]
+    if not lines:
         return None
-    path = workspace.checkpoint_path(rerun, line["step"])
-    theirs = {int(row["episode"]): row for row in shipped[line["step"]]}
-    played, first = replay_rows(
-        reference, config, evaluation, path, line["weights_sha256"], theirs, episodes
-    )
-    return {"step": line["step"], "episodes": played, "first": first}
+    played = {"steps": [], "episodes": 0, "first": None, "step": lines[-1]["step"]}
+    for line in {line["step"]: line for line in (lines[0], lines[-1])}.values():
+        path = workspace.checkpoint_path(rerun, line["step"])
+        theirs = {int(row["episode"]): row for row in shipped[line["step"]]}
+        count, first = replay_rows(
+            reference, config, evaluation, path, line["weights_sha256"], theirs, episodes
+        )
+        played["steps"].append((line["step"], count))
+        played["episodes"] += count
+        if first is not None:
+            played.update(step=line["step"], first=first)
+            break
+    return played
 
 
 def replay_rows(
@@ -248,10 +257,9 @@ def replayed(played: dict | None) -> str:
     """The identical verdict's note on the evaluation replayed (none: nothing)."""
     if played is None:
         return " (no evaluation replayed: the reference evaluated none of its checkpoints)"
-    return (
-        f", and {played['episodes']} evaluation episodes of step {played['step']} replayed "
-        "give eval.csv's rows"
-    )
+    each = played.get("steps") or [(played["step"], played["episodes"])]
+    steps = " and ".join(f"{count} of step {step:,}" for step, count in each)
+    return f", and evaluation episodes replayed ({steps}) give eval.csv's rows"
 
 
 def replay_difference(run: str, played: dict) -> str:

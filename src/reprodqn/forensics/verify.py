@@ -53,6 +53,12 @@ NEXT = (
     "`reprodqn trace-diff`, names the first differing op"
 )
 
+EDITED = (
+    "the reference's record gives values its own loss chain does not (the chain, identical "
+    "here, covers every loss): it was edited after training, not computed otherwise; "
+    "there is no op to trace"
+)
+
 
 def verify(ours: Path, reference: Path, study) -> dict:
     """Compare every run's chains and evaluation results with the reference copy's
@@ -260,7 +266,21 @@ def spot_check(
     """Retrain one shipped run (its config from `rerun.shipped_config`) up to `until` here,
     from the resume point the reference ships for it if any, and compare the prefix of its
     chains and process records with the shipped ones; with `evaluation` (params'), replay
-    `episodes` episodes of its last retrained checkpoint against the shipped eval.csv."""
+    `episodes` episodes of its first and last retrained checkpoints against the shipped
+    eval.csv. One at a time per `scratch`: a second --rerun there deleted the first's run
+    while it trained, and both said DIFFERENT; it is refused, naming the first."""
+    from reprodqn.core import run_lock
+
+    scratch = Path(scratch)
+    with run_lock.hold(
+        scratch.with_name(f".{scratch.name}.lock"), f"verify --rerun {config.group}/{config.run}"
+    ):
+        return _spot_check(reference, config, until, scratch, evaluation, episodes)
+
+
+def _spot_check(
+    reference: Path, config, until: int, scratch: Path, evaluation, episodes: int
+) -> dict:
     from reprodqn.core.progress import RunProgress
     from reprodqn.determinism import numerics
     from reprodqn.forensics import rerun
@@ -329,11 +349,14 @@ def spot_check_summary(result: dict) -> str:
         lines = [rerun.replay_difference(result["run"], played)]
     else:
         first = result["first"]
+        edited = first["file"] == workspace.PROCESS and not set(first["fields"]) & set(
+            workspace.CHAINS.values()
+        )  # its loss chain, which covers every loss, is the rerun's: the record was edited
         lines = [
             f"verify: DIFFERENT: {result['run']} retrained {origin} leaves the "
             f"reference at step {first['step']} ({first['file']}: "
             f"{', '.join(first['fields'])})",
             *_isa_line(result),
-            NEXT,
+            EDITED if edited else NEXT,
         ]
     return "\n".join(lines + _besides(result, all_conditions=False))
