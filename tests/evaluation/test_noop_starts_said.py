@@ -74,4 +74,4 @@ def test_evaluate_policy_says_no_op_starts_in_its_summary(tmp_path, capsys):
     torch.jit.save(torch.jit.script(Noop()), tmp_path / "noop.pt")
     evaluate_policy_file(tmp_path / "noop.pt", tmp_path / "out", load_params(PARAMS, SEAQUEST))
     summary = capsys.readouterr().err.strip().splitlines()[-1]
-    assert f"on 2 episodes: mean score 0.00 {NOOPS} -> " in summary
+    assert f"on 2 episodes: mean score 0.00 {NOOPS}; its game not checked " in summary

@@ -6,6 +6,7 @@ mode), and each game's Gymnasium-style name (ALE's convention: `pong` -> `Pong`,
 from __future__ import annotations
 
 import difflib
+import re
 from functools import cache
 from typing import Annotated
 
@@ -63,6 +64,15 @@ def unknown_game(game: str) -> str | None:
         hint = difflib.get_close_matches(game.lower(), known, n=3, cutoff=0.6)
     nearest = f" (nearest: {', '.join(hint)})" if hint else ""
     return f"expected one of the {len(known)} games the installed ale-py ships{nearest}"
+
+
+def game_named(name: str) -> str | None:
+    """The game an id or name means, as a policy file may carry it: `seaquest`, `Seaquest`,
+    `ALE/Seaquest-v5`, `reprodqn/Seaquest-v0`, `SeaquestNoFrameskip-v4`; None for none of
+    the installed ale-py's games."""
+    base = re.sub(r"(NoFrameskip|Deterministic)?(-v\d+)?$", "", name.strip().split("/")[-1])
+    squashed = base.lower().replace("_", "").replace("-", "")
+    return {display_name(g).lower(): g for g in rom_ids()}.get(squashed)
 
 
 def _shipped_rom(game: str) -> str:

@@ -13,6 +13,7 @@ members are cloudpickle, which would run code from the file.
 from __future__ import annotations
 
 import io
+import json
 import sys
 import zipfile
 from pathlib import Path
@@ -58,6 +59,7 @@ def sb3_network(
     try:
         with zipfile.ZipFile(path) as archive:
             data = archive.read(SB3_MEMBER)
+            _check_sb3_class(path, archive)
     except (OSError, zipfile.BadZipFile, KeyError) as error:
         reason = (
             "not found"
@@ -83,7 +85,7 @@ def sb3_network(
             if tensor is None:
                 raise InputError(
                     f"{path}: no {name}; expected a DQN with CnnPolicy "
-                    "(NatureCNN), the Nature network"
+                    f"(NatureCNN), the Nature network ({TORCHSCRIPT_ROUTE})"
                 )
             if ours == "layers.9" and tensor.shape[1:] == expected[target].shape[1:]:
                 _check_actions(path, int(tensor.shape[0]), n_actions, game)
@@ -96,6 +98,66 @@ def sb3_network(
             mapped[target] = tensor.to(torch.float32)
     net.load_state_dict(mapped)
     return net.eval()
+
+
+TORCHSCRIPT_ROUTE = (
+    "another model goes through TorchScript: a .pt mapping uint8 (N, 4, 84, 84) "
+    "observations to Q-values or actions, as docs/agents.md shows"
+)
+GAME_FILE = "game"  # a TorchScript file's extra file naming its game (torch.jit.save)
+SB3_GAME_KEYS = ("game", "env_id")  # an SB3 zip's attributes naming it (model.save(include=))
+
+
+def _sb3_data(archive: zipfile.ZipFile) -> dict:
+    """An SB3 zip's `data` member: JSON (its cloudpickled values are never unpickled)."""
+    try:
+        data = json.loads(archive.read("data"))
+    except (KeyError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _check_sb3_class(path: Path, archive: zipfile.ZipFile) -> None:
+    """A zip of another SB3 algorithm (PPO, A2C...) is named as such, with the route that
+    evaluates it."""
+    policy = _sb3_data(archive).get("policy_class")
+    module = policy.get("__module__", "") if isinstance(policy, dict) else ""
+    if module and module != "stable_baselines3.dqn.policies":
+        raise InputError(
+            f"{path}: a policy of {module}, not a Stable-Baselines3 DQN's; {TORCHSCRIPT_ROUTE}"
+        )
+
+
+def named_game(path: Path) -> str | None:
+    """The game a policy file names, where its format allows: a TorchScript file's extra
+    file `game`, an SB3 zip's `game` or `env_id` saved with model.save(include=...)."""
+    if path.suffix in TORCHSCRIPT_SUFFIXES:
+        files = {GAME_FILE: ""}
+        torch.jit.load(str(path), map_location="cpu", _extra_files=files)
+        named = files[GAME_FILE]
+        return (named.decode() if isinstance(named, bytes) else named) or None
+    with zipfile.ZipFile(path) as archive:
+        data = _sb3_data(archive)
+    return next((data[k] for k in SB3_GAME_KEYS if isinstance(data.get(k), str)), None)
+
+
+def check_named_game(path: Path, game: str) -> str:
+    """The policy's own game against the one it is asked to play: a mismatch is one line
+    naming both; returns what the summary says of it."""
+    from reprodqn.config.games import game_named
+
+    named = named_game(path)
+    if named is None:
+        return (
+            "its game not checked (the file names none; a TorchScript file can: "
+            f"torch.jit.save(module, path, _extra_files={{'{GAME_FILE}': '{game}'}}))"
+        )
+    if game_named(named) != game:
+        raise InputError(
+            f"{path}: a policy of {named}, but env.game is {game} (evaluate it on the game "
+            "it was trained on: --game NAME)"
+        )
+    return f"its game {game} checked (the file names {named})"
 
 
 def _check_actions(path: Path, actions: int, n_actions: int, game: str) -> None:
@@ -182,6 +244,7 @@ def evaluate_policy_file(
         check_scripted(policy, *shape)
     else:
         net = sb3_network(policy, *shape)
+    game_said = check_named_game(policy, env.game)
     chosen = start_sequences or start_states.for_game(params.evaluation, env.game)
     protocol, specs, sequences, sequences_sha, used = protocol_episodes(
         params, params.evaluation, Path(chosen)
@@ -206,7 +269,8 @@ def evaluate_policy_file(
         )
     print(
         f"evaluate-policy: {policy} (sha256 {policy_sha256}) on {len(specs)} episodes: "
-        f"{start_states.mean_score(done.mean_score, used)} -> {out_dir / workspace.EVAL_CSV}",
+        f"{start_states.mean_score(done.mean_score, used)}; {game_said} -> "
+        f"{out_dir / workspace.EVAL_CSV}",
         file=sys.stderr,
     )
-    return {"policy_sha256": policy_sha256, "mean_score": done.mean_score}
+    return {"policy_sha256": policy_sha256, "mean_score": done.mean_score, "game": game_said}
