@@ -70,6 +70,9 @@ class AtariEnv(gym.Env):
         render_mode: "rgb_array": render() gives the emulator's screen as it is now (210 x
             160 x 3 uint8 for most games), read without touching the game, so a recorded
             run (gymnasium.wrappers.RecordVideo) keeps its chain.
+        **ale_arguments: ale-py's frameskip, repeat_action_probability (sticky_p: off by
+            default, where ALE v5's is 0.25) and full_action_space=False; its others are
+            refused naming reprodqn's way.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 15}  # each env's: its frame skip
@@ -87,6 +90,7 @@ class AtariEnv(gym.Env):
         episode_stride: int = 1,
         env_config: dict | None = None,
         render_mode: str | None = None,
+        **ale_arguments,
     ):
         if mode not in MODES:
             raise InputError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
@@ -97,9 +101,15 @@ class AtariEnv(gym.Env):
         self.render_mode = render_mode
         if episode_stride < 1:
             raise InputError(f"episode_stride {episode_stride}: expected a positive integer")
-        changes = {"game": game, **(env_config or {})}
+        changes = {"game": game, **_from_ale(ale_arguments), **(env_config or {})}
         if sticky_p is not None:
-            changes["sticky_p"] = sticky_p
+            if changes.setdefault("sticky_p", sticky_p) != sticky_p:
+                raise InputError(
+                    f"sticky_p={sticky_p} and repeat_action_probability="
+                    f"{changes['sticky_p']}: the same thing, given twice; pass one"
+                )
+        if "sticky_p" not in changes:
+            _say_sticky_default(game)
         try:
             self.config = EnvConfig(**{**EnvConfig().model_dump(), **changes})
         except ValidationError as error:  # as params.yaml's are said: field, what, value
@@ -273,6 +283,7 @@ def _eval_info(episode: Episode) -> dict:
         "noops": spec.noops,
         "frames": episode.frames,
         "score": episode.score,
+        "lives": episode.emulator.lives(),  # as train mode's info gives them
     }
 
 
@@ -289,6 +300,63 @@ def _say_noop_starts(game: str, noop_max: int) -> None:
         f"{env_id(game)}: the package has no start states for {game}, so each eval episode "
         f"starts at the reset screen after 1..{noop_max} no-ops from its own seed: not the "
         "paper's protocol (start_sequences='none' chooses this without the warning)",
+        stacklevel=4,
+    )
+
+
+# ale-py's arguments (gymnasium.make("ALE/...-v5", ...)): the same thing under reprodqn's
+# name, or what reprodqn has in its place
+ALE_SAME = {"frameskip": "frame_skip", "repeat_action_probability": "sticky_p"}
+ALE_OTHER = {
+    "full_action_space": "reprodqn plays the game's minimal action set, the paper's network's "
+    "outputs (full_action_space=False, ALE v5's default, is accepted)",
+    "obs_type": "the observation is the authors' history_length x screen_size x screen_size "
+    "grayscale stack of max-pooled frames (env_config); render() gives the RGB screen "
+    "with render_mode='rgb_array'",
+}
+ALE_DEFAULT_STICKY = 0.25  # ALE v5's repeat_action_probability
+
+
+def _from_ale(given: dict) -> dict:
+    """ale-py's arguments as env params where they mean the same thing; one line naming
+    reprodqn's way otherwise (a stray name was a raw TypeError)."""
+    changes = {}
+    for name, value in given.items():
+        if name in ALE_SAME:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InputError(
+                    f"{name}={value!r}: reprodqn takes a fixed number here "
+                    f"({ALE_SAME[name]} in env params)"
+                )
+            changes[ALE_SAME[name]] = value
+        elif name == "full_action_space" and value is False:
+            continue
+        elif name in ALE_OTHER:
+            raise InputError(f"{name}={value!r}: not offered; {ALE_OTHER[name]}")
+        else:
+            raise InputError(
+                f"{name}: not an argument of reprodqn's env (expected mode, game, sticky_p, "
+                "reward_clip, generator, start_sequences, max_frames, sticky_seed_start, "
+                "episode_stride, env_config, render_mode, or ale-py's frameskip, "
+                "repeat_action_probability)"
+            )
+    return changes
+
+
+_STICKY_SAID: set[str] = set()
+
+
+def _say_sticky_default(game: str) -> None:
+    """Sticky actions default to off (the paper's deterministic setting), where ALE v5's
+    envs repeat an action with probability 0.25: said once per game and process."""
+    if game in _STICKY_SAID:
+        return
+    _STICKY_SAID.add(game)
+    warnings.warn(
+        f"{env_id(game)}: sticky actions off (sticky_p=0, the paper's setting); ALE's "
+        f"ALE/{display_name(game)}-v5 repeats an action with probability "
+        f"{ALE_DEFAULT_STICKY}: pass sticky_p={ALE_DEFAULT_STICKY} for that, or sticky_p=0 "
+        "to say you chose it",
         stacklevel=4,
     )
 
