@@ -257,16 +257,8 @@ def evaluate_policy_file(
     hashes = [{"step": 0, "weights_sha256": digest}]
     # a policy may fail in play (an action the game lacks)
     with no_empty_folder_left(out_dir), Evaluator(protocol, sequences, workers) as evaluator:
-        (done,) = evaluate_run(
-            out_dir,
-            out_dir,
-            hashes,
-            evaluator,
-            specs,
-            evaluation_digest(protocol, specs, sequences_sha, hashes),
-            used,
-            policies,
-        )
+        key = evaluation_digest(protocol, specs, sequences_sha, hashes)
+        (done,) = evaluate_run(out_dir, out_dir, hashes, evaluator, specs, key, used, policies)
     print(
         f"evaluate-policy: {policy} (sha256 {policy_sha256}) on {len(specs)} episodes: "
         f"{start_states.mean_score(done.mean_score, used)}; {game_said} -> "
