@@ -320,11 +320,12 @@ def main(argv: list[str] | None = None) -> None:
         eta = (end - update) * per_update / max(rate, 1e-9)
         print(f"update {update}/{updates}  step {step:,}  {rate:,.0f} steps/s  ETA {eta:,.0f} s")
     if update == updates:
-        if args.numerics == "universal":  # its standard twin: the same weights, scriptable
-            twin = ActorCritic(n_actions, torch.Generator().manual_seed(0))
-            twin.load_state_dict(model.state_dict())
-            model = twin
-        exact.save_policy(GreedyPolicy(model), args.out / "policy.pt")  # exact
+        with universal.outside("the policy's standard twin"):  # exact: neither acts nor learns
+            if args.numerics == "universal":  # the same weights in torch's layers, scriptable
+                twin = ActorCritic(n_actions, torch.Generator().manual_seed(0))
+                twin.load_state_dict(model.state_dict())
+                model = twin
+            exact.save_policy(GreedyPolicy(model), args.out / "policy.pt")  # exact
     envs.close()
 
 

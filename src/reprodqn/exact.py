@@ -14,20 +14,19 @@ A training script that uses these five pieces gets what reprodqn's own DQN has, 
 - `start_run()`: the run's config (a different one is refused), the conditions record
   with its SBOM, and the numerics settings applied.
 
-`save_policy()` writes the policy `reprodqn evaluate-policy` plays, the same bytes always.
-`GymEnv(env)` puts a Gymnasium env in a resume point; `main(fn)` gives this library's
-refusals as one line and exit 2. A resume that would not be exact (a second process,
-other settings, other parts, a global generator's draw) is refused before any write.
+`save_policy()` writes the policy `evaluate-policy` plays, the same bytes always; `GymEnv`
+puts a Gymnasium env in a resume point; `main(fn)`: refusals as one line and exit 2.
 
-`universal`: layers, losses and optimizers computed in one written order on every machine
-and torch version (universal-numerics.md). Without them a chain holds on one stack: the
-conditions name the torch build, CPU floor and GPU, and `verify` says which differ.
+`universal`: layers, losses and optimizers in one written order on every machine and
+torch version; setup(numerics="universal") watches every op (universal-numerics.md).
+Without them a chain holds on one stack, whose conditions `verify` compares.
 
 May import: core, determinism, universal.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from collections.abc import Mapping
@@ -44,6 +43,7 @@ from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa, log_lines
 from reprodqn.determinism.gym_state import GymEnv
 from reprodqn.universal import api as universal
+from reprodqn.universal.record import chain_marks, check_weights
 
 if TYPE_CHECKING:
     import torch
@@ -138,6 +138,8 @@ def setup(
     applied |= settings.configure_universal(numerics, threads, torch_device)
     global_generators.start("setup()")
     kernel_settings.watch_compile(numerics)  # torch.compile's calls, recorded
+    if numerics == "universal":  # every op from here on: universal's, refused or declared
+        importlib.import_module("reprodqn.universal.guard").watch_process()
     return Setup(torch_device, threads, cpu_isa, deterministic_gpu, applied, numerics=numerics)
 
 
@@ -243,17 +245,6 @@ class JsonLog:
         self.set_state({"bytes": 0})
 
 
-def _results_digest(logs: list[JsonLog]) -> str:
-    """SHA-256 over each result log's name and bytes, in the order given."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for log in logs:
-        digest.update(log.path.name.encode() + b"\0")
-        digest.update(log.path.read_bytes() if log.path.exists() else b"")
-    return digest.hexdigest()
-
-
 class HashChain:
     """A run's record of what it computed, in `directory`: each loss folded into a chain, and
     at each checkpoint a line of hashes.jsonl (step, weights and loss-chain SHA-256, updates)
@@ -263,7 +254,7 @@ class HashChain:
         """`results`: JsonLogs whose lines are results (episode returns, say): each line of
         hashes.jsonl then holds their SHA-256, so `verify` compares them too."""
         self.directory = Path(directory)
-        self.marks = universal.record(numerics)  # a universal chain names its mode per line
+        self.marks = chain_marks(numerics)  # a universal chain names its mode per line
         self.results = list(results)
         self.log = JsonLog(self.directory / workspace.HASHES)
         self.loss_chain = EMPTY_CHAIN
@@ -295,13 +286,14 @@ class HashChain:
                 f"HashChain.checkpoint: step {step} is not after the last one, "
                 f"{written[-1]['step']} ({self.log.path}): a counter the resume point lacks?"
             )
+        check_weights(weights, f"{self.directory}: checkpoint at step {step}")
         tensors = cpu_weights(weights) if hasattr(weights, "state_dict") else weights
         path = workspace.checkpoint_path(self.directory, step)
         digest = save_weights(path, tensors, {"step": str(step), **(metadata or {})})
         line = {"step": step, "weights_sha256": digest, "loss_chain_sha256": self.loss_chain}
         line |= self.marks
         if self.results:
-            line["results_sha256"] = _results_digest(self.results)
+            line["results_sha256"] = log_lines.files_digest([log.path for log in self.results])
         line["updates"] = self.updates  # the keys are written sorted
         self.log.write(line)
         return line

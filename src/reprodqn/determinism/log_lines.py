@@ -48,3 +48,12 @@ def _lines(path: Path, length: int) -> list[bytes]:
         return []
     with open(path, "rb") as handle:
         return handle.read(length).splitlines(keepends=True)
+
+
+def files_digest(paths: list[Path]) -> str:
+    """SHA-256 over each file's name and bytes, in the order given (a chain's result logs)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + b"\0")
+        digest.update(path.read_bytes() if path.exists() else b"")
+    return digest.hexdigest()

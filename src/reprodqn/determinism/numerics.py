@@ -127,6 +127,9 @@ def configure(
 def configure_universal(mode: str, threads: int, device=None) -> dict:
     """The universal mode's backend, set up and recorded ({} in the standard mode): the
     CPU's, and on a CUDA device the GPU's kernels (universal/cuda.py) checked there."""
+    from reprodqn.universal import record as universal_record
+
+    universal_record.set_up(mode)  # what a chain may be labelled
     if mode != "universal":
         return {}
     from reprodqn.universal import cpu

@@ -34,6 +34,7 @@ from reprodqn.determinism import global_generators, kernel_settings, provenance
 FORCE_ENV = "REPRODQN_FORCE_RESUME"  # "1": resume on other conditions, recorded per segment
 SEGMENTS = "resumed_on_other_conditions"  # conditions.json's list of such segments
 KERNELS = "kernels"  # conditions.json: torch.compile and the switches (kernel_settings)
+UNIVERSAL_OUTSIDE = "universal_outside"  # conditions.json: parts declared outside the watch
 
 _HELD: dict[Path, contextlib.ExitStack] = {}  # run folders this process holds the lock of
 _PENDING: dict[Path, Callable[[], None]] = {}  # a resume's records, written once it is loaded
@@ -97,11 +98,19 @@ def before_writing(directory: Path, place: str) -> dict:
     kernels = kernel_settings.at_save(directory)
     record_pending(directory)
     conditions_path = Path(directory) / workspace.CONDITIONS
+    noted = {KERNELS: kernels} | _declared_parts()
     if Path(directory).resolve() in _HELD and conditions_path.exists():
         conditions = read_json(conditions_path, "run conditions")
-        if conditions.get(KERNELS) != kernels:  # a compile called after start_run
-            write_json(conditions_path, conditions | {KERNELS: kernels})
+        if any(conditions.get(key) != value for key, value in noted.items()):
+            write_json(conditions_path, conditions | noted)  # a compile after start_run, say
     return kernels
+
+
+def _declared_parts() -> dict:
+    """The parts a universal script declared outside the watch (universal.outside)."""
+    guard = sys.modules.get("reprodqn.universal.guard")
+    declared = list(getattr(guard, "DECLARED", []))
+    return {UNIVERSAL_OUTSIDE: declared} if declared else {}
 
 
 def start(directory: Path, config: Mapping[str, Any], process: Any) -> dict:

@@ -1,19 +1,19 @@
 """The universal numerics for your own script (`from reprodqn.exact import universal`):
-build a network of these layers, train it with these optimizers and losses inside
-`strict()`, and its chain is the same on every CPU, thread count and torch version.
-Any op they do not cover is refused inside `strict()`, in one line naming it.
+build a network of these layers, train it with these optimizers and losses in a process
+set up with exact.setup(numerics="universal"), and its chain is the same on every CPU,
+thread count and torch version. From setup on, any op they do not cover is refused in one
+line naming it (`strict()` watches a stretch of a script not set up so); `outside("what")`
+declares a part that neither acts nor learns, which torch's kernels may compute.
 
-    from reprodqn.exact import universal
-    universal.configure(threads=1)
+    process = exact.setup(numerics="universal")
     net = nn.Sequential(universal.Conv2d(4, 16, 8, 4), universal.ReLU(), nn.Flatten(),
                         universal.Linear(16 * 20 * 20, 4))
     universal.init_(net, generator)
     optimizer = universal.Adam(net.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-8)
-    with universal.strict():
-        loss = universal.regression_loss(net(universal.scale_frames(frames)), targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    loss = universal.regression_loss(net(universal.scale_frames(frames)), targets)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
 """
 
 from __future__ import annotations
@@ -49,9 +49,10 @@ WHERE = {
     "log32": "rounding",
     "SPEC_VERSION": "reference",
     "strict": "guard",
+    "outside": "guard",
     "record": "record",
 }
-RENAMED = {"strict": "UniversalOnly", "record": "universal_record"}
+RENAMED = {"record": "universal_record"}
 __all__ = sorted([*WHERE, "configure", "init_"])
 
 

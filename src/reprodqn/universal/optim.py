@@ -104,6 +104,7 @@ class Adam(_Universal):
     def __init__(self, params, lr: float, betas: tuple[float, float], eps: float):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps})
 
+    @unwatched  # torch's cast of the powers is discarded: under the watch it was refused
     def load_state_dict(self, state_dict: dict) -> None:
         """torch's loader casts every state tensor but `step` to the parameter's dtype: the
         binary64 powers are put back as they were saved."""
