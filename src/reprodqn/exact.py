@@ -41,6 +41,7 @@ from reprodqn.core.atomic import append_line, truncate
 from reprodqn.core.entry import main
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa, log_lines
+from reprodqn.determinism.data_loader import ResumableLoader
 from reprodqn.determinism.gym_state import GymEnv
 from reprodqn.universal import api as universal
 from reprodqn.universal.record import chain_marks, check_weights
@@ -59,6 +60,7 @@ __all__ = [
     "chain_losses",
     "save_resume_point",
     "GymEnv",
+    "ResumableLoader",
     "load_resume_point",
     "save_policy",
     "start_run",
@@ -119,7 +121,8 @@ def setup(
         device: "cpu", "cuda" or "auto".
         deterministic_gpu: deterministic algorithms and cuDNN, cuBLAS's fixed workspace.
         numerics: "standard" (torch's kernels) or "universal" (the layers and optimizers of
-            `universal` compute one chain on every machine; universal-numerics.md).
+            `universal` compute one chain on every machine, and from here on any op of
+            torch's that computes floats is refused but in `universal.outside()`).
     """
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise InputError(f"threads: {threads!r}; expected a whole number, at least 1")
