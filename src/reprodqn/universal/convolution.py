@@ -19,8 +19,6 @@ from reprodqn.universal import tiles
 from reprodqn.universal.product import Gathered, gemm
 from reprodqn.universal.threads import threads
 
-JIT = {"fastmath": False, "error_model": "numpy", "nogil": True, "cache": True}
-
 
 @functools.cache
 def _window_offsets(shape: tuple[int, ...], kernel: int, stride: int):
@@ -44,12 +42,14 @@ def windows(x: np.ndarray, kernel: int, stride: int) -> Gathered:
 @functools.cache
 def _movers(parallel: bool):
     """Copies that lay a gradient out for the tiles, and the channel-last sum onto pixels."""
-    from numba import njit, prange
+    from numba import prange
+
+    from reprodqn.universal.jit import kernel
 
     columns = tiles.tile().columns
-    jit = functools.partial(njit, **JIT)
+    jit = kernel(parallel=parallel)
 
-    @jit(parallel=parallel)
+    @jit
     def pack_gradient(dy, packed):
         """dy (B, OC, P) as gemm's packed B (1, panels, B*P, width): row (n, p), column oc."""
         batch, channels, positions = dy.shape
@@ -62,7 +62,7 @@ def _movers(parallel: bool):
                     for p in range(positions):
                         packed[0, panel, at + p, lane] = dy[n, o, p] if o < channels else zero
 
-    @jit(parallel=parallel)
+    @jit
     def sum_onto_pixels(dcols, grad_x, stride):
         """grad_x[n, c, y, x] = from +0, for (ky, kx) ascending, + dcols[n, oy, ox, ky, kx,
         c] of each window (oy, ox) that read the pixel: a plane of all channels at a time,
@@ -112,15 +112,14 @@ def _gradient_rows(batch: int, channels: int, positions: int) -> tuple[np.ndarra
 def _input_gradient(parallel: bool):
     """input_gradient's loop: a few samples' columns at a time, each chunk summed onto its
     pixels while it is still in L2 (all at once, the columns were 5 MB written and read
-    back). Not cached on disk: the product calls the tiles by their address here."""
-    from numba import njit
-
+    back)."""
+    from reprodqn.universal.jit import kernel
     from reprodqn.universal.product import IN_PLACE_DEPTH, _driver
 
     tiled, sum_onto_pixels = _driver(parallel, True), _movers(parallel)[1]
     no_packed = np.empty((0, 0, 0, 0), np.float32)
 
-    @njit(fastmath=False, error_model="numpy", nogil=True)
+    @kernel
     def by_chunks(flat, rows, ks, channels_last, grad_x, stride, shape, chunk):
         out_h, out_w, kernel, _, channels = shape
         width = channels_last.shape[2]

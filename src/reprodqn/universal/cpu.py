@@ -31,6 +31,8 @@ def fma32():
     from numba import types
     from numba.core.extending import intrinsic
 
+    from reprodqn.universal.jit import named
+
     @intrinsic
     def fma32(typingctx, a, b, c):
         signature = types.float32(types.float32, types.float32, types.float32)
@@ -40,21 +42,20 @@ def fma32():
 
         return signature, codegen
 
-    return fma32
-
-
-# fastmath off: no contraction or reassociation; error_model numpy: no division check
-JIT = {"fastmath": False, "error_model": "numpy", "nogil": True, "cache": True}
+    return named(fma32, "cpu.fma32")
 
 
 @functools.cache
 def _sums(parallel: bool) -> dict:
     """The biases and the bias gradients' sums."""
-    from numba import njit, prange
+    from numba import prange
 
-    jit = functools.partial(njit, **JIT)
+    from reprodqn.universal.jit import kernel
 
-    @jit(parallel=parallel)
+    jit = kernel(parallel=parallel)
+    serial = kernel
+
+    @jit
     def add_row_bias(out, bias):
         """out[n, m, :] += bias[m]: one rounded add (a convolution's channel bias)."""
         batch, rows, width = out.shape
@@ -65,14 +66,14 @@ def _sums(parallel: bool) -> dict:
             for j in range(width):
                 out[n, m, j] = out[n, m, j] + b
 
-    @jit
+    @serial
     def add_column_bias(out, bias):
         """out[n, :] += bias: one rounded add (a linear layer's bias)."""
         for n in range(out.shape[0]):
             for j in range(out.shape[1]):
                 out[n, j] = out[n, j] + bias[j]
 
-    @jit
+    @serial
     def sum_rows(terms, out):
         """out[:] = sum over rows ascending from +0, one rounded add each."""
         for j in range(out.shape[0]):
@@ -81,7 +82,7 @@ def _sums(parallel: bool) -> dict:
             for j in range(out.shape[0]):
                 out[j] = out[j] + terms[n, j]
 
-    @jit(parallel=parallel)
+    @jit
     def sum_channel_major(grad, out):
         """out[c] = sum over (n, p) ascending of grad[n, c, p], from +0."""
         batch, channels, width = grad.shape
@@ -103,19 +104,22 @@ def _sums(parallel: bool) -> dict:
 @functools.cache
 def _elementwise(parallel: bool) -> dict:
     """The input scaling, ReLU and its gradient, and a plain fma."""
-    from numba import njit, prange
+    from numba import prange
 
-    jit = functools.partial(njit, **JIT)
+    from reprodqn.universal.jit import kernel
+
+    jit = kernel(parallel=parallel)
+    serial = kernel
     fma = fma32()
 
-    @jit(parallel=parallel)
+    @jit
     def scale_frames(frames, out):
         """out = fl32(pixel / 255), the pixel converted exactly."""
         flat_in, flat_out = frames.reshape(-1), out.reshape(-1)
         for i in prange(flat_in.size):
             flat_out[i] = np.float32(flat_in[i]) / np.float32(255.0)
 
-    @jit(parallel=parallel)
+    @jit
     def relu(x, out):
         """out = x where x > 0, else +0."""
         flat_in, flat_out = x.reshape(-1), out.reshape(-1)
@@ -123,14 +127,14 @@ def _elementwise(parallel: bool) -> dict:
             v = flat_in[i]
             flat_out[i] = v if v > np.float32(0.0) else np.float32(0.0)
 
-    @jit(parallel=parallel)
+    @jit
     def relu_grad(grad, out, grad_x):
         """grad_x = grad where out > 0, else +0."""
         g, o, gx = grad.reshape(-1), out.reshape(-1), grad_x.reshape(-1)
         for i in prange(g.size):
             gx[i] = g[i] if o[i] > np.float32(0.0) else np.float32(0.0)
 
-    @jit
+    @serial
     def holds_nan(values):
         """Whether any value is a NaN: one pass, nothing allocated (a NaN is not equal to
         itself)."""
@@ -140,7 +144,7 @@ def _elementwise(parallel: bool) -> dict:
             found |= flat[i] != flat[i]
         return found
 
-    @jit
+    @serial
     def fma_elementwise(a, b, c, out):
         for i in range(out.size):
             out[i] = fma(a[i], b[i], c[i])
@@ -157,10 +161,9 @@ def _elementwise(parallel: bool) -> dict:
 @functools.cache
 def _optimizers() -> dict:
     """One pass per parameter in the spec's order (optim.py says which)."""
-    from numba import njit
+    from reprodqn.universal.jit import kernel as jit
 
     fma = fma32()
-    jit = functools.partial(njit, **JIT)
 
     @jit
     def rmsprop(param, grad, square_avg, alpha, one_minus_alpha, eps, neg_lr):

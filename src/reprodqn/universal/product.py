@@ -43,11 +43,13 @@ class Gathered(NamedTuple):
 def _packer(parallel: bool):
     """Rows k0 .. k0 + size of B (K, N) as panels of the tile's width, each contiguous
     (panels, size, width), zero past the last column: a copy that reads B row by row."""
-    from numba import njit, prange
+    from numba import prange
+
+    from reprodqn.universal.jit import kernel
 
     columns = tiles.tile().columns
 
-    @njit(parallel=parallel, fastmath=False, error_model="numpy", nogil=True)
+    @kernel(parallel=parallel)
     def pack_rows(b, k0, size, packed):
         width = b.shape[1]
         whole = width // columns
@@ -84,11 +86,11 @@ def pack(b: np.ndarray) -> np.ndarray:
 def _transposed_packer():
     """pack(W^T) read from W (N, K) itself: each panel's rows of W side by side, in k
     order, rather than a transposed copy of W first (5 ms for fc1 at every update)."""
-    from numba import njit
+    from reprodqn.universal.jit import kernel
 
     columns = tiles.tile().columns
 
-    @njit(fastmath=False, error_model="numpy", nogil=True)
+    @kernel
     def pack_transposed(w, packed):
         width, depth = w.shape
         for panel in range(packed.shape[0]):
@@ -108,15 +110,14 @@ def _tile_runner(gathered: bool):
     """run_tile(r, a, a_rows, ks, n, m, k, b_at, ldb, c_m, width, size, load): the r-row
     tile on A's rows m.. of sample n from column k (a matrix's, or gathered ones), B's rows
     ldb apart from b_at."""
-    from numba import njit
+    from reprodqn.universal.jit import kernel
 
-    kernel = tiles.tile()
-    jit = njit(fastmath=False, error_model="numpy", nogil=True, inline="always")
+    jit = kernel(inline="always")
     if gathered:
-        g_1, g_2, g_3, g_4, g_5, g_6 = kernel.gathered
+        g_1, g_2, g_3, g_4, g_5, g_6 = tiles.calls(gathered=True)
 
         @jit
-        def run_tile(r, a, a_rows, ks, n, m, k, b_at, ldb, c_m, width, size, load):
+        def run_gathered_tile(r, a, a_rows, ks, n, m, k, b_at, ldb, c_m, width, size, load):
             a_at = a.ctypes.data
             r_at = a_rows[n if a_rows.shape[0] > 1 else 0, m:].ctypes.data
             k_at = ks[k:].ctypes.data
@@ -133,27 +134,27 @@ def _tile_runner(gathered: bool):
             else:
                 g_1(a_at, r_at, k_at, b_at, ldb, c_m, width, size, load)
 
-    else:
-        t_1, t_2, t_3, t_4, t_5, t_6 = kernel.functions
+        return run_gathered_tile
+    t_1, t_2, t_3, t_4, t_5, t_6 = tiles.calls(gathered=False)
 
-        @jit
-        def run_tile(r, a, a_rows, ks, n, m, k, b_at, ldb, c_m, width, size, load):
-            depth = a.shape[2]
-            a_at = a[n if a.shape[0] > 1 else 0, m:, k:].ctypes.data
-            if r == 6:
-                t_6(a_at, depth, b_at, ldb, c_m, width, size, load)
-            elif r == 5:
-                t_5(a_at, depth, b_at, ldb, c_m, width, size, load)
-            elif r == 4:
-                t_4(a_at, depth, b_at, ldb, c_m, width, size, load)
-            elif r == 3:
-                t_3(a_at, depth, b_at, ldb, c_m, width, size, load)
-            elif r == 2:
-                t_2(a_at, depth, b_at, ldb, c_m, width, size, load)
-            else:
-                t_1(a_at, depth, b_at, ldb, c_m, width, size, load)
+    @jit
+    def run_plain_tile(r, a, a_rows, ks, n, m, k, b_at, ldb, c_m, width, size, load):
+        depth = a.shape[2]
+        a_at = a[n if a.shape[0] > 1 else 0, m:, k:].ctypes.data
+        if r == 6:
+            t_6(a_at, depth, b_at, ldb, c_m, width, size, load)
+        elif r == 5:
+            t_5(a_at, depth, b_at, ldb, c_m, width, size, load)
+        elif r == 4:
+            t_4(a_at, depth, b_at, ldb, c_m, width, size, load)
+        elif r == 3:
+            t_3(a_at, depth, b_at, ldb, c_m, width, size, load)
+        elif r == 2:
+            t_2(a_at, depth, b_at, ldb, c_m, width, size, load)
+        else:
+            t_1(a_at, depth, b_at, ldb, c_m, width, size, load)
 
-    return run_tile
+    return run_plain_tile
 
 
 @functools.cache
@@ -164,17 +165,18 @@ def _driver(parallel: bool, gathered: bool):
     job runs its tiles over its panel, carrying on from where the last block of k left C.
     So each output is one chain over k ascending from +0 however k is cut, and jobs split
     outputs, never a sum. B already packed (`pack`) is read as it is; A is a matrix, or
-    (`gathered`) a convolution's windows read in place. Not cached on disk: it calls the
-    tiles by their address in this process."""
-    from numba import njit, prange
+    (`gathered`) a convolution's windows read in place."""
+    from numba import prange
 
-    kernel = tiles.tile()
-    tile_rows, tile_columns = kernel.rows, kernel.columns
+    from reprodqn.universal.jit import kernel
+
+    shape = tiles.tile()
+    tile_rows, tile_columns = shape.rows, shape.columns
     run_rows = tile_rows * 16  # rows per job: enough jobs for the threads at batch 1
     pack_rows = _packer(parallel)
     run_tile = _tile_runner(gathered)
 
-    @njit(parallel=parallel, fastmath=False, error_model="numpy", nogil=True)
+    @kernel(parallel=parallel)
     def tiled(a, a_rows, ks, depth, b, prepacked, in_place, c, block_depth):
         batch, rows, width = c.shape  # width: whole panels
         panels = width // tile_columns

@@ -1,5 +1,5 @@
-"""The universal product's register tiles: LLVM IR with explicit vectors, compiled by llvmlite
-(numba's own LLVM) for this CPU at first use.
+"""The universal product's register tiles: LLVM IR with explicit vectors, linked into the
+numba kernels that call them (numba's own LLVM, for the CPU numba compiles for).
 
 A tile is R rows (1 to ROWS) by V vectors of W lanes of C, each lane one output: for k
 ascending, acc = llvm.fma(splat(A[r, k]), B[k, lanes], acc), held in registers for the whole
@@ -16,9 +16,7 @@ CPU's speed) and LLVM's vectorizer will not build this tile from scalar code.
 
 from __future__ import annotations
 
-import ctypes
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 
 ROWS, VECTORS = 6, 2  # 12 accumulators: within AVX2's 16 registers and NEON's 32
@@ -26,15 +24,12 @@ ROWS, VECTORS = 6, 2  # 12 accumulators: within AVX2's 16 registers and NEON's 3
 
 @dataclass(frozen=True)
 class Tile:
-    # functions[r - 1](a, lda, b, ldb, c, ldc, depth, load): r rows, depth >= 1
-    functions: tuple[Callable[..., None], ...]
-    # gathered[r - 1](a, rows, ks, b, ldb, c, ldc, depth, load): A[i, k] = a[rows[i] + ks[k]]
-    gathered: tuple[Callable[..., None], ...]
+    # calls(False)[r - 1](a, lda, b, ldb, c, ldc, depth, load): r rows, depth >= 1
+    # calls(True)[r - 1](a, rows, ks, b, ldb, c, ldc, depth, load): A[i, k] = a[rows[i] + ks[k]]
     rows: int
     columns: int
     lanes: int
     cpu: str
-    engine: object  # the compiled code lives as long as the tiles
 
 
 def _entry(rows: int, vectors: int, lanes: int, gathered: bool) -> list[str]:
@@ -165,26 +160,91 @@ AVX_CPUS = {"sandybridge", "ivybridge", "haswell", "broadwell", "skylake", "alde
 
 @functools.cache
 def tile() -> Tile:
-    """The tiles compiled for this CPU (its name and features as LLVM reads them)."""
+    """The tiles' shape for the CPU numba compiles for (its name and features as LLVM reads
+    them)."""
+    name, _, lanes = _target()
+    return Tile(ROWS, VECTORS * lanes, lanes, name)
+
+
+# each tile's arguments: which are addresses (the rest are i64 counts)
+_POINTERS = {False: (0, 2, 4), True: (0, 1, 2, 3, 5)}
+
+
+@functools.cache
+def calls(gathered: bool) -> tuple:
+    """The tiles of 1..ROWS rows as numba intrinsics (plain or gathered): a call, each
+    argument an integer address or count, compiled into the numba kernel that makes it, with
+    the tiles' IR linked in, so the kernel is cached on disk whole (a call through a ctypes
+    address, known only in this process, was not)."""
+    return tuple(_call(rows, gathered) for rows in range(1, ROWS + 1))
+
+
+def _call(rows: int, gathered: bool):
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.core.extending import intrinsic
+
+    from reprodqn.universal.jit import named
+
+    shape = tile()
+    source = _module(shape.rows, VECTORS, shape.lanes)  # in the closure: a new IR, a new key
+    symbol = f"{'gathered' if gathered else 'tile'}_{rows}"
+    pointers, count = _POINTERS[gathered], 9 if gathered else 8
+
+    def codegen(context, builder, signature, args):
+        context.active_code_library.add_linking_library(_library(context.codegen(), source))
+        i64 = ir.IntType(64)
+        kinds = [
+            (ir.PointerType(i64) if gathered and i in (1, 2) else ir.PointerType(ir.FloatType()))
+            if i in pointers
+            else i64
+            for i in range(count)
+        ]
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), kinds), symbol
+        )
+        values = [
+            context.cast(builder, v, t, types.int64)
+            for v, t in zip(args, signature.args, strict=True)
+        ]
+        builder.call(
+            function,
+            [builder.inttoptr(v, k) if k != i64 else v for v, k in zip(values, kinds, strict=True)],
+        )
+        return context.get_dummy_value()
+
+    def typed(args):
+        if all(isinstance(a, types.Integer) for a in args):
+            return types.none(*args), codegen
+        return None
+
+    def gathered_typer(typingctx, a, a_rows, ks, b, ldb, c, ldc, depth, load):
+        return typed((a, a_rows, ks, b, ldb, c, ldc, depth, load))
+
+    def plain_typer(typingctx, a, lda, b, ldb, c, ldc, depth, load):
+        return typed((a, lda, b, ldb, c, ldc, depth, load))
+
+    typer = gathered_typer if gathered else plain_typer
+    typer.__name__ = symbol
+    return named(intrinsic(typer), f"tiles.{symbol}.{shape.lanes}")
+
+
+_LIBRARIES: dict = {}
+
+
+def _library(codegen, source: str):
+    """The tiles' IR as a numba code library (one per codegen), linked into the kernels."""
     import llvmlite.binding as llvm
 
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    name, features, lanes = _target()
-    module = llvm.parse_assembly(_module(ROWS, VECTORS, lanes))
-    module.verify()
-    machine = llvm.Target.from_default_triple().create_target_machine(
-        cpu=name, features=features, opt=3
-    )
-    engine = llvm.create_mcjit_compiler(module, machine)
-    engine.finalize_object()
-    pointer, count = ctypes.c_void_p, ctypes.c_int64
-    plain = ctypes.CFUNCTYPE(None, *[pointer, count] * 3, count, count)
-    gathered = ctypes.CFUNCTYPE(None, *[pointer] * 4, count, pointer, count, count, count)
-    functions = tuple(
-        plain(engine.get_function_address(f"tile_{rows}")) for rows in range(1, ROWS + 1)
-    )
-    gathered_functions = tuple(
-        gathered(engine.get_function_address(f"gathered_{rows}")) for rows in range(1, ROWS + 1)
-    )
-    return Tile(functions, gathered_functions, ROWS, VECTORS * lanes, lanes, name, engine)
+    key = (id(codegen), source)
+    if key not in _LIBRARIES:
+        module = llvm.parse_assembly(source)
+        module.triple = llvm.get_process_triple()
+        module.data_layout = str(codegen.target_data)
+        module.verify()
+        library = codegen.create_library("reprodqn_universal_tiles")
+        library.add_llvm_module(module)
+        library.finalize()
+        _LIBRARIES[key] = library
+    return _LIBRARIES[key]
