@@ -7,9 +7,14 @@ process. Prints each mode's agent steps per second (the median after annealing, 
 process.jsonl) and, last, `ratio X.XX`: universal / standard. `--contended` runs it all
 again beside one busy process per core (started and stopped here), as on a machine shared
 with other jobs. `--device cuda` runs both on a GPU (the universal mode's Triton kernels
-against cuDNN and cuBLAS), the evaluation forward synchronised.
+against cuDNN and cuBLAS), the evaluation forward synchronised. Both modes take the authors'
+resize (env.resize linear: OpenCV's in the standard mode, reprodqn's integer one in the
+universal mode, as a run gets it). `--preset authors-2018` benches the laptop study's
+agent (the NIPS network, an update every 2 steps, the float64 target) instead of
+params.yaml's.
 
     .venv/bin/python bench/universal_numerics.py [--rounds 2] [--steps 2400] [--contended]
+        [--preset authors-2018]
 """
 
 from __future__ import annotations
@@ -27,14 +32,25 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = {"standard": [], "universal": ["compute.numerics=universal"]}
+MODES = {"standard": ["compute.numerics=standard"], "universal": ["compute.numerics=universal"]}
+PARAMS = ROOT / "params.yaml"
 
 
-def loop_rate(mode: str, steps: int, device: str = "cpu") -> float:
+def preset_params(preset: str, folder: str) -> Path:
+    """params.yaml with the preset applied (`reprodqn params`), in `folder`."""
+    out = Path(folder) / "params.yaml"
+    argv = [sys.executable, "-m", "reprodqn.cli", "params", "--params", str(PARAMS)]
+    argv += ["--preset", preset, "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
+    subprocess.run(argv, check=True, capture_output=True, env=env, cwd=ROOT)
+    return out
+
+
+def loop_rate(mode: str, steps: int, device: str = "cpu", params: Path = PARAMS) -> float:
     """Median agent steps/s of one run's log records after annealing."""
     overrides = [
         f"compute.device={device}",
-        "env.resize=linear_exact",
+        "env.resize=linear",
         "replay.learning_starts=400",
         "replay.capacity=10000",
         "agent.epsilon_decay_steps=400",
@@ -55,7 +71,7 @@ def loop_rate(mode: str, steps: int, device: str = "cpu") -> float:
             "--run",
             "0",
             "--params",
-            str(ROOT / "params.yaml"),
+            str(params),
             "--runs-dir",
             runs,
         ]
@@ -124,13 +140,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2400)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--contended", action="store_true", help="beside a busy process per core")
+    parser.add_argument("--preset", help="a preset over params.yaml (e.g. authors-2018)")
     args = parser.parse_args()
+    folder = tempfile.mkdtemp()
+    params = preset_params(args.preset, folder) if args.preset else PARAMS
     state = f"{os.cpu_count()} busy processes beside it" if args.contended else "quiet"
     rates: dict[str, list[float]] = {mode: [] for mode in MODES}
     with busy_cores(args.contended):
         for round_ in range(args.rounds):
             for mode in MODES if round_ % 2 == 0 else reversed(MODES):
-                rates[mode].append(loop_rate(mode, args.steps, args.device))
+                rates[mode].append(loop_rate(mode, args.steps, args.device, params))
                 print(f"round {round_ + 1}: {mode} {rates[mode][-1]:.1f} agent steps/s", flush=True)
         from reprodqn.universal import cpu
 
@@ -145,7 +164,7 @@ def main() -> None:
     standard, universal = (statistics.median(rates[m]) for m in MODES)
     print(
         f"training loop after annealing: standard {standard:.1f}, universal {universal:.1f} "
-        f"agent steps/s (1 thread, {args.device}, {state})"
+        f"agent steps/s (1 thread, {args.device}, {state}, {args.preset or 'params.yaml'})"
     )
     print(f"ratio {universal / standard:.2f}")
 
