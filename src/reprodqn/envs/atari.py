@@ -90,7 +90,7 @@ class AtariEnv(gym.Env):
         episode_stride: int = 1,
         env_config: dict | None = None,
         render_mode: str | None = None,
-        **ale_arguments,
+        **ale_arguments: object,
     ):
         if mode not in MODES:
             raise InputError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
