@@ -23,7 +23,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from reprodqn.config.params import resolve_run
 from reprodqn.determinism import numerics
-from reprodqn.forensics import gpu_sharing
+from reprodqn.study import gpu_sharing
 from reprodqn.training.loop import Run
 
 PARTS = {"env.step": ("env", "step"), "act": ("agent", "act"), "learn": (None, "learn")}

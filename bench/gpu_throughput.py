@@ -14,7 +14,7 @@ bench/cleanrl_compare.py times it; without, its published rate is printed, named
         [--mps] [--blocking-sync] [--pin]
 
 --mps, --blocking-sync and --pin are launch settings of the runs sharing the GPU, as in
-`reprodqn gpu-check` (forensics/gpu_launch.py), recorded with the rates under "launch".
+`reprodqn gpu-check` (study/gpu_launch.py), recorded with the rates under "launch".
 
 `--device cpu` rehearses it (the fast path is then the device replay alone).
 """
@@ -30,7 +30,8 @@ from pathlib import Path
 import common
 
 from reprodqn.cli.forensics import add_launch_settings
-from reprodqn.forensics import gpu_check, gpu_launch, gpu_sharing
+from reprodqn.forensics import gpu_check
+from reprodqn.study import gpu_launch, gpu_sharing
 
 STUDY_STEPS = 30 * 20_000_000  # the paper: 6 groups x 5 runs x 20M agent steps
 CLEANRL_PUBLISHED = 455  # agent steps/s: 10M steps in about 365 min, from CleanRL's docs' plots

@@ -197,10 +197,10 @@ def _apply_bundle_isa(directory: Path) -> None:
 
 
 def cmd_gpu_check(args) -> int:
-    from reprodqn.forensics import gpu_check, gpu_launch
+    from reprodqn.forensics import gpu_check
 
     _load(args)  # the CPU floor, before torch loads
-    settings = gpu_launch.Settings(args.mps, args.blocking_sync, args.pin)
+    settings = gpu_check.Settings(args.mps, args.blocking_sync, args.pin)  # study.gpu_launch's
     return gpu_check.main(
         args.params, args.overrides, args.device, args.steps, args.sharing, args.out, settings
     )

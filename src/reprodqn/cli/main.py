@@ -17,7 +17,7 @@ from reprodqn.cli.common import positive_int, refuse_inside_a_bundle, resolve_pa
 from reprodqn.cli.common import stage as _stage
 from reprodqn.core import lifeline, storage, workspace
 from reprodqn.core.errors import InputError, MachineError
-from reprodqn.forensics import gpu_launch
+from reprodqn.study import gpu_launch
 
 # ---------------------------------------------------------------------------------------------
 # Stage commands: each a few lines over a module

@@ -22,9 +22,9 @@ from pathlib import Path
 from reprodqn.core import progress, workspace
 from reprodqn.core.atomic import write_json, write_text
 from reprodqn.core.errors import InputError
-from reprodqn.forensics import gpu_launch, gpu_sharing
-from reprodqn.forensics.gpu_launch import AS_BEFORE, Settings, command, launch
-from reprodqn.forensics.gpu_launch import sharing as sharing_launcher
+from reprodqn.study import gpu_launch, gpu_sharing
+from reprodqn.study.gpu_launch import AS_BEFORE, Settings, command, launch
+from reprodqn.study.gpu_launch import sharing as sharing_launcher
 
 NO_GPU_EXIT = 3
 NEVER = {"weights": None, "losses": None}  # first_parting of two equal chains

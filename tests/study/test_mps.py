@@ -1,4 +1,4 @@
-"""forensics/mps.py: the MPS daemon as a launch setting, against a fake
+"""study/mps.py: the MPS daemon as a launch setting, against a fake
 nvidia-cuda-mps-control on PATH that records each call (its arguments, its input, the pipe
 and log directories it was given) and, started, writes a control.log as the daemon does."""
 
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from reprodqn.core.errors import InputError
-from reprodqn.forensics import mps
+from reprodqn.study import mps
 from tests.helpers import ROOT, cli_env
 
 FAKE = """#!/bin/sh

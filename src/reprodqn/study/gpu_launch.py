@@ -1,6 +1,6 @@
 """Launching the runs gpu-check and bench/gpu_throughput.py start, each a `reprodqn`
 process, with the launch settings of runs sharing one GPU. None changes a kernel, so none
-a chain: an MPS daemon (forensics/mps.py); blocking instead of spinning while a run waits
+a chain: an MPS daemon (study/mps.py); blocking instead of spinning while a run waits
 on the GPU (CU_CTX_SCHED_BLOCKING_SYNC, set in each process before torch makes its
 context: torch has no switch for it); each run pinned to a core of its own. Each is
 recorded with the rates it gave."""
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reprodqn.core.errors import InputError
-from reprodqn.forensics import mps
+from reprodqn.study import mps
 
 BLOCKING_SYNC = "REPRODQN_CUDA_BLOCKING_SYNC"  # read by the CLI before any command
 CU_CTX_SCHED_BLOCKING_SYNC = 0x04  # cuda.h: block the thread on a sync primitive

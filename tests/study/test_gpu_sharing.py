@@ -9,7 +9,7 @@ import pytest
 
 from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
-from reprodqn.forensics import gpu_sharing
+from reprodqn.study import gpu_sharing
 from tests.helpers import PARAMS
 
 

@@ -1,4 +1,4 @@
-"""forensics/gpu_launch.py: the launch settings of runs sharing a GPU reach each run's
+"""study/gpu_launch.py: the launch settings of runs sharing a GPU reach each run's
 process (its core, its environment), a run the MPS daemon never saw is named, the settings
 go into the record, and blocking sync asks the CUDA driver for it before torch does."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from reprodqn.cli import main as cli
 from reprodqn.core.errors import InputError
-from reprodqn.forensics import gpu_launch, mps
+from reprodqn.study import gpu_launch, mps
 
 # each "run" writes the cores it may run on and the settings its environment carries
 PROBE = (
