@@ -17,11 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reprodqn.config.params import load_params
 from reprodqn.core import workspace
 from reprodqn.core.digests import sha256_file
+from reprodqn.determinism.provenance import fingerprint, fingerprint_fields
 from reprodqn.forensics import bundle_check
-from reprodqn.report import bundle
+from reprodqn.report import bundle, html, study_records, writer
 from reprodqn.study import new_workspace
+from reprodqn.universal.record import universal_record
 from tests.helpers import ROOT, cli_env
 
 SMOKE = ROOT / "reference" / "smoke"
@@ -263,3 +266,58 @@ def test_replicate_md_gives_the_time_and_the_steps_a_spot_check_takes(smoke_bund
         "3,000" in " ".join(page.split())
     )
     assert "It does not check that training computes these chains" in page
+
+
+def rebuild_report(directory: Path) -> None:
+    """What a careful tamperer does after editing a score: the report made from it."""
+    params = load_params(directory / "params.yaml")
+    study = study_records.load_study(directory, params.study)
+    texts = writer.report_texts(study, **writer.report_arguments(params, directory))
+    reports = directory / workspace.REPORTS
+    texts["report.html"] = html.render(texts["report.md"], reports)
+    for name, text in texts.items():
+        if (reports / name).exists():
+            (reports / name).write_text(text)
+
+
+def recorded_in(directory: Path, numerics: str) -> None:
+    """The bundle's conditions as if its runs had run in `numerics`, every part that says
+    them made again to agree (fingerprint, page, report, manifest)."""
+    study = workspace.conditions_path(directory)
+    paths = [study, *sorted((directory / workspace.RUNS).glob("*/*/conditions.json"))]
+    records = {path: json.loads(path.read_text()) for path in paths}
+    for record in records.values():
+        for key in ("numerics", "numerics_spec"):
+            record["numerics"].pop(key, None)
+        record["numerics"].update(universal_record(numerics))
+    digest = fingerprint(records[study])
+    for path, record in records.items():
+        path.write_text(json.dumps({**record, "fingerprint": digest}))
+    fields = {"fields": fingerprint_fields(records[study]), "fingerprint": digest}
+    workspace.fingerprint_path(directory).write_text(json.dumps(fields))
+    (directory / workspace.REPLICATE).write_text(bundle.shipped_page(directory))
+    rebuild_report(directory)
+    rewrite_manifest(directory)
+
+
+@pytest.mark.parametrize("numerics", ["universal", "standard"])
+def test_a_consistent_bundles_verdict_says_where_it_replicates(copy, numerics):
+    """A universal bundle: on any x86-64 or aarch64 CPU and any torch, a GPU not yet; a
+    standard one: only on the stack its conditions name."""
+    recorded_in(copy, numerics)
+    result = bundle_check.check(copy)
+    assert result["ok"], result["failed"]
+    said = {
+        "universal": "This bundle's results are in the universal numerics, one chain on every "
+        "machine: they replicate bit for bit on any x86-64 or aarch64 CPU and any torch the "
+        "package supports; on an NVIDIA GPU not yet, until gpu-check has shown the same "
+        "chain there.",
+        "standard": "This bundle's results are in the standard numerics: they replicate bit "
+        "for bit only on the stack their conditions name: x86_64 CPU at floor",
+    }
+    lines = bundle_check.summary(result).splitlines()
+    assert any(line.startswith(said[numerics]) for line in lines), lines
+    page = " ".join((copy / workspace.REPLICATE).read_text().split())
+    assert f"**Where it replicates.** {said[numerics]}" in page
+    report = " ".join((copy / workspace.REPORTS / "report.md").read_text().split())
+    assert said[numerics].replace("This bundle's", "These") in report

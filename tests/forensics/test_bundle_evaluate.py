@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from reprodqn.config.params import load_params
-from reprodqn.core import workspace
 from reprodqn.forensics import bundle_check, bundle_replay
-from reprodqn.report import bundle, html, study_records, writer
-from tests.forensics.test_bundle_check import SMOKE, rewrite_manifest
+from reprodqn.report import bundle
+from tests.forensics.test_bundle_check import SMOKE, rebuild_report, rewrite_manifest
 from tests.forensics.test_bundle_check import smoke_bundle as smoke_bundle  # the fixture
 from tests.helpers import ROOT, cli_env
 
@@ -47,18 +45,6 @@ def test_the_sampled_episodes_replayed_from_shipped_checkpoints_give_their_rows(
         "initialization/1 step 0 episode 1) replayed, each gives its row"
     )
     assert not any(line.startswith("evaluate") for line in bundle_check.check(smoke_bundle)["held"])
-
-
-def rebuild_report(directory: Path) -> None:
-    """What a careful tamperer does after editing a score: the report made from it."""
-    params = load_params(directory / "params.yaml")
-    study = study_records.load_study(directory, params.study)
-    texts = writer.report_texts(study, **writer.report_arguments(params, directory))
-    reports = directory / workspace.REPORTS
-    texts["report.html"] = html.render(texts["report.md"], reports)
-    for name, text in texts.items():
-        if (reports / name).exists():
-            (reports / name).write_text(text)
 
 
 def test_a_score_edited_with_its_report_and_manifest_is_named_by_the_episode_replayed(copy):

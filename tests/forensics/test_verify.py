@@ -127,7 +127,8 @@ def test_verify_names_a_workspace_with_nothing_to_check_and_a_run_not_trained_he
     }
     assert verify.summary(result) == (  # no ISA line: both sides' are the same
         "verify: DIFFERENT: deterministic/1 is not trained here (the other side has it)\n"
-        "of 2 runs: 1 identical, 1 not trained here"  # a partial replication says what held
+        "of 2 runs: 1 identical, 1 not trained here\n"  # a partial replication says what held
+        + verify.where_it_replicates(verify.recorded_conditions(theirs), "The reference's results")
     )
 
 
@@ -324,3 +325,24 @@ def test_the_cpu_instruction_sets_are_said_only_where_they_differ(tmp_path):
     (theirs / "results" / "conditions.json").write_text(json.dumps(conditions))
     differ = verify.summary(verify.verify(ours, theirs, STUDY)).splitlines()
     assert any(line.startswith("CPU instruction set: ours ") for line in differ)
+
+
+@pytest.mark.parametrize("numerics", ["universal", "standard"])
+def test_the_verdict_says_where_the_references_results_replicate(tmp_path, numerics):
+    """Identical or not, the last line says where the reference replicates: a universal
+    one on any CPU and torch, a standard one (its conditions name no mode) on its stack."""
+    ours, theirs = pair(tmp_path, theirs_runs=((0, "a"), (1, "a")))
+    if numerics == "universal":
+        conditions = json.loads((theirs / "results" / "conditions.json").read_text())
+        conditions["numerics"].update(numerics="universal", numerics_spec="1")
+        (theirs / "results" / "conditions.json").write_text(json.dumps(conditions))
+    said = {
+        "universal": "The reference's results are in the universal numerics, one chain on "
+        "every machine: they replicate bit for bit on any x86-64 or aarch64 CPU and any torch "
+        "the package supports; on an NVIDIA GPU not yet",
+        "standard": "The reference's results are in the standard numerics: they replicate bit "
+        "for bit only on the stack their conditions name: x86_64 CPU at floor native (AVX2), 1 "
+        "thread, torch 2.13.0, no GPU;",
+    }
+    lines = verify.summary(verify.verify(ours, theirs, STUDY)).splitlines()
+    assert lines[0].startswith("verify: identical") and lines[-1].startswith(said[numerics])

@@ -24,7 +24,8 @@ A manifest rewritten after an edit passes the first link and fails a later one: 
 of a bundle say the same thing several times over. What no link covers, and the verdict
 says: that the chains are what training computes and the scores what the checkpoints play
 (`verify --rerun` retrains a run for that; without shipped checkpoints only a replay
-checks a score), and the checker itself when it is the bundle's own wheel."""
+checks a score), and the checker itself when it is the bundle's own wheel. A consistent
+bundle's verdict also says where its results replicate (determinism.replication_scope)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from pathlib import Path
 from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
 from reprodqn.core.errors import InputError
+from reprodqn.determinism.replication_scope import recorded_conditions, where_it_replicates
 from reprodqn.forensics import bundle_cross
 from reprodqn.forensics.chains import plural
 
@@ -86,8 +88,10 @@ def check(directory: Path, signer: Path | None = None, evaluate: int = 0) -> dic
     except LinkBroken as broken:
         return {"ok": False, "held": held, "failed": str(broken), "signature": signature}
     unvouched = [bundle_cross.checker(directory), _needs_replication(directory)]
+    replicates = where_it_replicates(recorded_conditions(directory), "This bundle's results")
     return {
-        "ok": True, "held": held, "failed": None, "signature": signature, "unvouched": unvouched
+        "ok": True, "held": held, "failed": None, "signature": signature,
+        "unvouched": unvouched, "replicates": replicates,
     }  # fmt: skip
 
 
@@ -114,6 +118,7 @@ def summary(result: dict, seconds: float | None = None) -> str:
     took = f" in {seconds:.1f} s" if seconds is not None else ""
     lines = [f"verify: consistent{took}, every link that holds without training:"]
     lines += [f"  {line}" for line in result["held"]]
+    lines += [result["replicates"]] if result.get("replicates") else []
     lines += result.get("unvouched", [])
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from reprodqn.core import workspace
 from reprodqn.core.atomic import read_json
 from reprodqn.core.errors import InputError
+from reprodqn.determinism.replication_scope import recorded_conditions, where_it_replicates
 from reprodqn.forensics import chains, checkpoint_files
 from reprodqn.report.analysis import (
     RunResult,
@@ -116,8 +117,14 @@ def verify(ours: Path, reference: Path, study) -> dict:
         "first_divergence": first,
         "differ_by_design": by_design,
         "tally": tally,
+        "reference_replicates": _replicates(reference),
         **_described(ours, reference, *described),  # type: ignore[misc]  # compared > 0
     }
+
+
+def _replicates(reference: Path) -> str:
+    """Where the reference's results replicate, from the conditions its runs recorded."""
+    return where_it_replicates(recorded_conditions(reference), "The reference's results")
 
 
 def _trained(root: Path, study, nothing: str, expected: str) -> dict:
@@ -217,7 +224,9 @@ def summary(result: dict) -> str:
             *(NOT_TRAINED, NOT_IN_REFERENCE, SCORES_ONLY, "length", "step", "evaluation"),
         ):
             lines.append(NEXT)
-    return "\n".join(lines + _besides(result, all_conditions=True))
+    lines += _besides(result, all_conditions=True)
+    lines += [result["reference_replicates"]] if "reference_replicates" in result else []
+    return "\n".join(lines)
 
 
 def _where(d: dict) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from reprodqn.core import workspace
+from reprodqn.determinism import replication_scope
 
 NAME = workspace.REPLICATE
 
@@ -98,6 +99,13 @@ def _time_line(root: Path) -> str:
         "emulator) and the conditions, audit, evaluation and report stages: little beside "
         "hours of training, more than training itself at a small scale."
     )
+
+
+def _replicates(root: Path) -> str:
+    """Where the study's results replicate, from the conditions its runs recorded."""
+    records = replication_scope.recorded_conditions(root)
+    sentence = replication_scope.where_it_replicates(records, "This bundle's results")
+    return f"**Where it replicates.** {sentence}"
 
 
 def _rerun_lines(root: Path) -> str:
@@ -240,6 +248,8 @@ This is the study's bundle, {made}. It holds {_holds(root, checkout, version)}, 
 package as a wheel (`wheels/`) with the lock it ran under (`requirements.lock`), and the
 SHA-256 of every file (`MANIFEST.sha256`). `CITATION.cff` says what to cite;
 `ro-crate-metadata.json` says what each file is.
+
+{_replicates(root)}
 
 {trust_section(shipped)}{install_section(root, torch, shipped)}{CHECKS}{REPLICATE}
 {_time_line(root)}

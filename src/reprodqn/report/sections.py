@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from reprodqn.config.games import display_name
 from reprodqn.config.study import GROUP_NAMES
+from reprodqn.determinism.replication_scope import where_it_replicates
 from reprodqn.report.analysis import ALPHA, METRICS, PAPER_TABLE1, f_threshold
 
 
@@ -123,6 +124,8 @@ def report_markdown(
     lines += [
         f"{runs} evaluated runs. {device['text']}",
         "",
+        replicates_line(study),
+        "",
         "## Table 1",
         "",
         "Ours, with the paper's value in parentheses. Best: each run's highest "
@@ -154,6 +157,12 @@ def report_markdown(
         "",
     ]
     return "\n".join(lines)
+
+
+def replicates_line(study) -> str:
+    """Where the study's results replicate, from the conditions its runs recorded."""
+    records = (r.conditions for runs in study.values() for r in runs if r.hashes)
+    return f"**Where it replicates.** {where_it_replicates(records, 'These results')}"
 
 
 def replicability_lines(replicability: dict) -> list[str]:

@@ -1,0 +1,81 @@
+"""Where a result replicates, decided from the conditions its runs recorded: a universal
+run on any x86-64 or aarch64 CPU and any torch (a GPU not yet claimed), a standard run only
+on the stack it names, a mixed study each part, a record naming no mode standard."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from reprodqn.determinism.replication_scope import (
+    UNIVERSAL_REACH,
+    numerics_of,
+    recorded_conditions,
+    where_it_replicates,
+)
+
+STANDARD = {
+    "device": "cpu",
+    "device_name": "cpu",
+    "gpu": {"present": False},
+    "cpu": {"architecture": "x86_64", "torch_cpu_capability": "AVX2"},
+    "packages": {"torch": "2.13.0+cpu"},
+    "numerics": {"cpu_isa": "avx2", "torch_threads": 1},  # no "numerics": made before it
+}
+UNIVERSAL = {
+    **STANDARD,
+    "numerics": {"cpu_isa": "portable", "torch_threads": 2, "numerics": "universal"},
+}
+STACK = "x86_64 CPU at floor avx2, 1 thread, torch 2.13.0+cpu, no GPU"
+NOT_ON_A_GPU = "on an NVIDIA GPU not yet, until gpu-check has shown the same chain there"
+
+
+def test_a_universal_study_replicates_on_every_cpu_and_not_yet_on_a_gpu():
+    sentence = where_it_replicates([UNIVERSAL, UNIVERSAL], "These results")
+    assert sentence.startswith("These results are in the universal numerics")
+    assert f"bit for bit on {UNIVERSAL_REACH}; {NOT_ON_A_GPU}." in sentence
+    assert "any x86-64 or aarch64 CPU and any torch the package supports" in sentence
+    assert "stack" not in sentence
+
+
+def test_a_standard_study_replicates_on_the_stack_it_names():
+    assert numerics_of(STANDARD) == "standard" and numerics_of({}) == "standard"
+    sentence = where_it_replicates([STANDARD, None])
+    assert sentence == (
+        "Its results are in the standard numerics: they replicate bit for bit only on the "
+        f"stack their conditions name: {STACK}; another CPU floor, thread count, torch or GPU "
+        "may part their chains."
+    )
+    native = copy.deepcopy(STANDARD)
+    native["numerics"]["cpu_isa"] = "native"
+    native.update(device="cuda:0", device_name="NVIDIA H200")
+    native["gpu"] = {"driver": "580.159.04", "cuda": "13.0", "cudnn": 91900}
+    both = where_it_replicates([STANDARD, native])
+    assert f"(1) {STACK}; (2) x86_64 CPU at floor native (AVX2), 1 thread" in both
+    assert "NVIDIA H200 with driver 580.159.04 (CUDA 13.0, cuDNN 91900)" in both
+
+
+def test_a_mixed_study_says_so_and_a_universal_run_on_a_gpu_is_not_claimed_there():
+    mixed = where_it_replicates([UNIVERSAL, STANDARD, STANDARD], "This bundle's results")
+    assert mixed.startswith("This bundle's results mix the two numerics. The 1 universal run ")
+    assert f"replicates bit for bit on {UNIVERSAL_REACH}; {NOT_ON_A_GPU}." in mixed
+    assert f"The 2 standard runs replicate only on the stack their conditions name: {STACK};" in (
+        mixed
+    )
+    on_gpu = {**UNIVERSAL, "device": "cuda:0", "device_name": "NVIDIA H200"}
+    assert "trained on NVIDIA H200, where the universal chain is not yet shown" in (
+        where_it_replicates([on_gpu])
+    )
+    assert "not known" in where_it_replicates([None], "These results")
+
+
+def test_a_bundles_runs_give_their_conditions_else_the_studys(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "conditions.json").write_text(json.dumps(STANDARD))
+    assert recorded_conditions(tmp_path) == [STANDARD]
+    for run in (0, 1):
+        (tmp_path / "runs" / "deterministic" / str(run)).mkdir(parents=True)
+        path = tmp_path / "runs" / "deterministic" / str(run) / "conditions.json"
+        path.write_text(json.dumps(UNIVERSAL))
+    assert recorded_conditions(tmp_path) == [UNIVERSAL, UNIVERSAL]
