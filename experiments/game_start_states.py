@@ -132,8 +132,12 @@ def main() -> None:
               "--set", "evaluation.start_sequences=start_sequences/selected.json",
               "--out", "study.yaml")  # fmt: skip
         (ws / "study.yaml").replace(ws / "params.yaml")
-        for name in ("candidates", "ranker", "select"):
-            stage(ws, name)
+        stage(ws, "candidates")
+        stage(ws, "ranker")
+        # into selected.json, which is read below (the game's own default, GAME.json, is
+        # already the workspace's copy of the file the package carries for the game)
+        stage(ws, "select", "--out", "start_sequences/selected.json",
+              "--ranking", "start_sequences/ranking.csv")  # fmt: skip
         selected = json.loads((ws / "start_sequences" / "selected.json").read_text())
         config = json.loads((run / "config.json").read_text())
         selected["provenance"]["ranker"] = {

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 PACKAGE = SRC / "reprodqn"
 COMMANDS = "reprodqn.cli.main"  # the dispatcher: its handlers import lazily, stage by stage
-OTHER_COMMANDS = ("reprodqn.cli.forensics", "reprodqn.cli.tools")  # handlers besides the stages
+OTHER_COMMANDS = ("reprodqn.cli.forensics", "reprodqn.cli.start_states", "reprodqn.cli.tools")
 # the package's public modules: one file each, a layer of its own (its docstring says what it
 # may import); everything else sits in a subpackage and is internal
 PUBLIC_MODULES = ("exact",)

@@ -35,9 +35,10 @@ def test_a_game_without_start_states_trains_and_evaluates_from_its_name_alone(tm
     assert trained.returncode == 0, trained.stderr
     said = [line for line in trained.stderr.splitlines() if "no start states" in line]
     assert said == [
-        "train deterministic/0: evaluation.start_sequences: the package has no start states "
-        "for seaquest, so its evaluation starts each episode after 1..30 no-ops (not the "
-        "paper's protocol; `reprodqn candidates`, `ranker` and `select` make its own)"
+        "train deterministic/0: evaluation.start_sequences: no start states for seaquest "
+        "(none in the package, no start_sequences/seaquest.json here), so its evaluation "
+        "starts each episode after 1..30 no-ops (not the paper's protocol; `reprodqn "
+        "candidates`, `ranker` and `select` with --set env.game=seaquest make its own)"
     ]
     evaluated = reprodqn(tmp_path, "evaluate", "seaquest")
     assert evaluated.returncode == 0, evaluated.stderr

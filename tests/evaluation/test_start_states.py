@@ -14,7 +14,7 @@ from reprodqn.config.params import load_params
 from reprodqn.core import packaged
 from reprodqn.core.atomic import write_json
 from reprodqn.core.errors import InputError
-from reprodqn.evaluation import start_states
+from reprodqn.evaluation import ranking, start_states
 from tests.helpers import PARAMS, cli_env
 
 
@@ -148,18 +148,20 @@ def test_ranking_and_selection(tmp_path, config):
     candidates = start_states.generate_candidates(small)
     max_q = np.linspace(0, 1, 40, dtype=np.float32)[::-1].copy()
     max_q[7] = max_q[6]  # a tie keeps candidate order
-    ranks = start_states.rank(max_q)
+    ranks = ranking.rank(max_q)
     assert ranks[0] == 1 and ranks[6] == 7 and ranks[7] == 8 and ranks[39] == 40
-    doc = start_states.select(candidates, max_q, small, "r" * 64, "c" * 64, tmp_path)
+    ranker = {"weights_sha256": "r" * 64, "steps": 400}
+    doc, table = ranking.select(candidates, max_q, small, ranker, "c" * 64)
     chosen = doc["provenance"]["candidate_indices"]
     assert len(chosen) == 5 == len(set(chosen)) and all(i < 10 for i in chosen)
     assert doc["sequences"] == [candidates["sequences"][i] for i in chosen]
     assert doc["provenance"]["ranker_weights_sha256"] == "r" * 64
-    rows = (tmp_path / "ranking.csv").read_text().splitlines()
+    assert doc["provenance"]["ranker"] == ranker  # its steps and chain travel with the file
+    rows = table.splitlines()
     assert rows[0] == "index,length,max_q,rank" and len(rows) == 41
+    start_states.write_unless_other(tmp_path / "selected.json", doc, replace=False)
     assert start_states.load(tmp_path / "selected.json", 5) == doc
-    again = start_states.select(candidates, max_q, small, "r" * 64, "c" * 64, tmp_path / "b")
-    assert again == doc
+    assert ranking.select(candidates, max_q, small, ranker, "c" * 64) == (doc, table)
 
 
 def test_the_shipped_authors_states_are_what_the_importer_makes_of_their_file(tmp_path):
@@ -250,9 +252,9 @@ def test_another_games_candidates_draw_its_own_minimal_actions_and_stay_its_own(
         start_states.check_game(doc, path, "breakout")
     # the remedy, as params name it (not a path into this installation)
     assert f"evaluation.start_sequences: {packaged.DEFAULT_START_SEQUENCES}," in str(refused.value)
-    selected = start_states.select(
-        pong, np.arange(50.0), small.model_copy(update={"top_k": 20, "selected": 5}), "r", "c",
-        tmp_path,
+    selected, _ = ranking.select(
+        pong, np.arange(50.0), small.model_copy(update={"top_k": 20, "selected": 5}),
+        {"weights_sha256": "r"}, "c",
     )  # fmt: skip
     assert selected["game"] == "pong" and selected["action_set"] == pong["action_set"]
 

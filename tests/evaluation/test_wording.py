@@ -61,7 +61,7 @@ def test_select_given_another_games_candidates_is_told_how_to_select_for_them(tm
         ["select", "--params", str(PARAMS), "--set", "start_states.candidates=20"]
         + ["--set", "start_states.top_k=20", "--set", "start_states.selected=20"]
         + ["--set", "evaluation.episodes=20", "--candidates", str(tmp_path / "candidates.json")]
-        + ["--ranker", str(tmp_path / "none.safetensors"), "--out-dir", str(tmp_path)]
+        + ["--ranker", str(tmp_path / "none.safetensors"), "--out", str(tmp_path / "x.json")]
     )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1

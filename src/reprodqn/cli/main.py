@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from reprodqn.cli import common, forensics, tools
+from reprodqn.cli import common, forensics, start_states, tools
 from reprodqn.cli.common import load as _load
 from reprodqn.cli.common import positive_int, refuse_inside_a_bundle, resolve_params_path
 from reprodqn.cli.common import stage as _stage
@@ -42,59 +42,6 @@ def cmd_train(args) -> int:
         events = tracking.track_training(events, config, run_dir)
     report_training(
         events, f"train {args.group}/{args.run}", record=run_dir / workspace.PROGRESS_RECORD
-    )
-    return 0
-
-
-def cmd_candidates(args) -> int:
-    from reprodqn.core.atomic import write_json
-    from reprodqn.evaluation import start_states
-
-    params = _load(args)
-    doc = start_states.generate_candidates(params.start_states, params.env.game)
-    write_json(args.out, doc)
-    lengths, prefix = [len(s) for s in doc["sequences"]], params.start_states.noop_prefix
-    print(  # the paper's lengths count the random part; ours begin with the NOOP prefix too
-        f"candidates: {doc['count']} sequences, {prefix} NOOP frames then "
-        f"{min(lengths) - prefix}-{max(lengths) - prefix} random ones "
-        f"({min(lengths)}-{max(lengths)} in all) -> {args.out}",
-        file=sys.stderr,
-    )
-    return 0
-
-
-def cmd_ranker(args) -> int:
-    from reprodqn.evaluation.ranking import prepare_ranker
-
-    record = prepare_ranker(_load(args), args.out)
-    print(
-        f"ranker: weights {record['weights_sha256'][:12]} -> {args.out / 'ranker.safetensors'}",
-        file=sys.stderr,
-    )
-    return 0
-
-
-def cmd_select(args) -> int:
-    from reprodqn.core.digests import sha256_file
-    from reprodqn.evaluation import start_states
-    from reprodqn.evaluation.ranking import max_q_of_end_states
-
-    params = _load(args)
-    candidates = start_states.load(args.candidates, params.start_states.candidates)
-    start_states.check_game(candidates, args.candidates, params.env.game, "select")
-    max_q, ranker_sha = max_q_of_end_states(args.ranker, candidates["sequences"], params)
-    doc = start_states.select(
-        candidates,
-        max_q,
-        params.start_states,
-        ranker_sha,
-        sha256_file(args.candidates),
-        args.out_dir,
-    )
-    print(
-        f"select: ranked {len(max_q)} end states by max-Q, kept {doc['count']} of the top "
-        f"{params.start_states.top_k} -> {args.out_dir / 'selected.json'}",
-        file=sys.stderr,
     )
     return 0
 
@@ -258,14 +205,7 @@ def _add_start_state_stages(sub) -> None:
     """The conditions record, then the start sequences: candidates, ranker, selection."""
     p = _stage(sub, "conditions", "record the experimental conditions and an SBOM", cmd_conditions)
     p.add_argument("--out-dir", type=Path, default=workspace.RESULTS)
-    p = _stage(sub, "candidates", "draw the random start-sequence candidates", cmd_candidates)
-    p.add_argument("--out", type=Path, default=workspace.START_SEQUENCES / "candidates.json")
-    p = _stage(sub, "ranker", "train the ranking DQN (or adopt ranker.checkpoint)", cmd_ranker)
-    p.add_argument("--out", type=Path, default=workspace.RANKER)
-    p = _stage(sub, "select", "rank candidates by the ranker's max-Q, draw the 100", cmd_select)
-    p.add_argument("--candidates", type=Path, default=workspace.START_SEQUENCES / "candidates.json")
-    p.add_argument("--ranker", type=Path, default=workspace.RANKER / "ranker.safetensors")
-    p.add_argument("--out-dir", type=Path, default=workspace.START_SEQUENCES)
+    start_states.add_commands(sub)
 
 
 def _add_run_stages(sub) -> None:

@@ -14,6 +14,7 @@ import importlib.metadata
 from importlib.resources import files
 from pathlib import Path
 
+from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
 
 DISTRIBUTION = "reprodqn"
@@ -48,20 +49,23 @@ def authors_start_sequences() -> Path:
     return data_path("start_sequences", "authors.json")
 
 
-def game_start_sequences_name(game: str) -> str | None:
-    """How params name the start states the package carries for a game, as a workspace
-    holds them: the authors' for Breakout, those made by the paper's method for another
-    (start_sequences/GAME.json); None for a game it carries none for."""
+def game_start_sequences_name(game: str, root: Path = Path(".")) -> str | None:
+    """How params name a game's own start states: the authors' for Breakout; for another,
+    start_sequences/GAME.json where the package carries it or the workspace `root` holds
+    it (what `reprodqn select --set env.game=GAME` writes there); None where neither has."""
     if game == "breakout":
         return DEFAULT_START_SEQUENCES
-    name = f"start_sequences/{game}.json"
-    return name if _data(*name.split("/")).is_file() else None
+    path = workspace.game_start_sequences(game)
+    name = path.as_posix()
+    return name if _data(*path.parts).is_file() or (Path(root) / path).is_file() else None
 
 
 def game_start_sequences(game: str) -> Path | None:
-    """The package's own copy of a game's start states (game_start_sequences_name)."""
-    name = game_start_sequences_name(game)
-    return data_path(*name.split("/")) if name else None
+    """The package's own copy of a game's start states, None where it carries none."""
+    if game == "breakout":
+        return authors_start_sequences()
+    path = workspace.game_start_sequences(game)
+    return data_path(*path.parts) if _data(*path.parts).is_file() else None
 
 
 def carried_start_sequences() -> list[str]:

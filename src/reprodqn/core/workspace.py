@@ -9,13 +9,14 @@ here, so those stages depend on this layout, not on each other's source.
   results/                    conditions.json, fingerprint.json, sbom.cdx.json
   reports/                    the report stage's output
   start_sequences/            candidates, ranking, the selected and imported sequences
-  ranker/                     the DQN that ranks the candidates
+  ranker/                     the DQN that ranks Breakout's candidates (ranker-<game>/ another's)
 """
 
 from __future__ import annotations
 
 import csv
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from reprodqn.core.atomic import read_json
@@ -67,6 +68,11 @@ PROGRESS_RECORD = "progress.json"  # a training run's latest progress line, for 
 EVAL_CSV_FIELDS = ("step", "episode", "start_sequence", "sticky_seed", "score", "frames")
 ACTOR_WORKERS = "actor_workers.jsonl"  # lockstep actors: each sitting's worker processes
 PROBE_CSV = "probe.csv"  # the blind-network probe per checkpoint, beside eval.csv
+CANDIDATES = "candidates.json"  # start_sequences/: Breakout's candidates (GAME-candidates.json)
+SELECTED = "selected.json"  # start_sequences/: Breakout's draw by the method (GAME.json)
+RANKING = "ranking.csv"  # start_sequences/: each candidate's max-Q and rank (GAME-ranking.csv)
+RANKER_WEIGHTS = "ranker.safetensors"  # in a ranker's folder: the weights that rank
+RANKER_RECORD = "ranker.json"  # in a ranker's folder: its game, params, steps and chain
 
 
 def run_dir(runs: Path, group: str, run: int) -> Path:
@@ -79,6 +85,37 @@ def eval_dir(evaluations: Path, group: str, run: int) -> Path:
 
 def resume_points_dir(root: Path, group: str, run: int) -> Path:
     return Path(root) / RESUME_POINTS / group / str(run)
+
+
+@dataclass(frozen=True)
+class StartStateFiles:
+    """A game's files of the paper's start-state method, in a workspace."""
+
+    candidates: Path  # the candidates stage's random sequences
+    ranker: Path  # the ranker's folder: its run, RANKER_WEIGHTS, RANKER_RECORD
+    selected: Path  # the start states drawn, which evaluation plays
+    ranking: Path  # every candidate's max-Q and rank
+
+
+def game_start_sequences(game: str, root: Path = Path(".")) -> Path:
+    """start_sequences/GAME.json: a game's own start states (Breakout's are the authors')."""
+    return Path(root) / START_SEQUENCES / f"{game}.json"
+
+
+def start_state_files(game: str) -> StartStateFiles:
+    """One set of files per game, so that a second game overwrites nothing of the first:
+    Breakout's as its DVC stages name them (candidates.json, ranker/, selected.json), another
+    game's named by it, its draw start_sequences/GAME.json, the file `--set env.game=GAME`
+    then plays (packaged.game_start_sequences_name)."""
+    if game == "breakout":
+        folder = START_SEQUENCES
+        return StartStateFiles(folder / CANDIDATES, RANKER, folder / SELECTED, folder / RANKING)
+    return StartStateFiles(
+        START_SEQUENCES / f"{game}-{CANDIDATES}",
+        Path(f"{RANKER}-{game}"),
+        game_start_sequences(game),
+        START_SEQUENCES / f"{game}-{RANKING}",
+    )
 
 
 def conditions_path(root: Path = Path(".")) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from reprodqn.core import packaged
-from reprodqn.core.atomic import read_json, write_json, write_text
+from reprodqn.core.atomic import read_json, write_json
 from reprodqn.core.digests import json_digest, sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.determinism.rng import GENERATOR, stream
@@ -179,6 +179,7 @@ def check_game(doc: dict, path: Path, game: str, door: str = "params") -> None:
         return
     shipped = packaged.game_start_sequences_name(game)
     make = f"make {game}'s with `reprodqn candidates`, `ranker` and `select`"
+    whose = "the package's" if packaged.carries(shipped or NONE) else "its own"
     if door == "select":
         remedy = f"select for their game: --set env.game={theirs}; or `reprodqn candidates`"
         raise InputError(f"{path}: candidates of {theirs!r}, but env.game is {game!r} ({remedy})")
@@ -187,30 +188,32 @@ def check_game(doc: dict, path: Path, game: str, door: str = "params") -> None:
         remedy, none = own, "or pass start_sequences='none'"
         said = f"this env's game is {game!r}"
     else:
-        own = f"evaluate with the package's for {game}: evaluation.start_sequences: {shipped}"
+        own = f"evaluate with {whose} for {game}: evaluation.start_sequences: {shipped}"
         remedy, none = own if shipped else make, "or set evaluation.start_sequences: none"
         said = f"env.game is {game!r}"
     raise InputError(f"{path}: start states of {theirs!r}, but {said} ({remedy}, {none})")
 
 
-def for_game(evaluation, game: str) -> str:
+def for_game(evaluation, game: str, root: Path = Path(".")) -> str:
     """The start states a run or policy of `game` is evaluated on when no file is named on
     the command line: params' evaluation.start_sequences; where that is the package's
-    default (Breakout's), it follows the game: the package's for the game, or none for a
-    game it carries none for (as the game's Gymnasium env chooses). A file named in its
-    place is the game's own or refused (check_game)."""
+    default (Breakout's), it follows the game: its start_sequences/GAME.json, the package's
+    or the workspace `root`'s (`reprodqn select` makes one), or none for a game with
+    neither (as the game's Gymnasium env chooses). A file named in its place is the game's
+    own or refused (check_game)."""
     chosen = str(evaluation.start_sequences)
     if chosen != packaged.DEFAULT_START_SEQUENCES or game == "breakout":
         return chosen
-    return packaged.game_start_sequences_name(game) or NONE
+    return packaged.game_start_sequences_name(game, root) or NONE
 
 
 def noop_starts_note(game: str, noop_max: int) -> str:
     """What is said when the default leaves a game without start states (for_game)."""
     return (
-        f"evaluation.start_sequences: the package has no start states for {game}, so its "
-        f"evaluation starts each episode after 1..{noop_max} no-ops (not the paper's "
-        "protocol; `reprodqn candidates`, `ranker` and `select` make its own)"
+        f"evaluation.start_sequences: no start states for {game} (none in the package, no "
+        f"start_sequences/{game}.json here), so its evaluation starts each episode after "
+        f"1..{noop_max} no-ops (not the paper's protocol; `reprodqn candidates`, `ranker` "
+        f"and `select` with --set env.game={game} make its own)"
     )
 
 
@@ -331,7 +334,14 @@ def import_authors_file(
             **{key: value for key, value in (origin or {}).items() if value is not None},
         },
     )
-    out = Path(out)
+    write_unless_other(Path(out), doc, replace)
+    return doc
+
+
+def write_unless_other(out: Path, doc: dict, replace: bool) -> None:
+    """Write a start-sequence file, keeping one already there with other contents (the
+    shipped authors.json, a game's start states the package carries, an earlier draw)
+    unless `replace`: a file a study was evaluated on is not changed by a second command."""
     if out.exists() and not replace:
         try:
             same = json.loads(out.read_text()) == doc
@@ -343,53 +353,3 @@ def import_authors_file(
                 "provenance); write elsewhere with --out, or --replace it"
             )
     write_json(out, doc)
-    return doc
-
-
-# ---------------------------------------------------------------------------------------------
-# Ranking and selection
-
-
-def rank(max_q: np.ndarray) -> np.ndarray:
-    """Ranks 1..N by max-Q, highest first; ties keep candidate order."""
-    order = np.argsort(-max_q, kind="stable")
-    ranks = np.empty(len(max_q), dtype=np.int64)
-    ranks[order] = np.arange(1, len(max_q) + 1)
-    return ranks
-
-
-def select(
-    candidates: dict,
-    max_q: np.ndarray,
-    config,
-    ranker_sha256: str,
-    candidates_sha256: str,
-    out_dir: Path,
-) -> dict:
-    """Write ranking.csv and selected.json: `selected` drawn from the `top_k` by max-Q."""
-    sequences = candidates["sequences"]
-    ranks = rank(max_q)
-    lines = ["index,length,max_q,rank"]
-    lines += [f"{i},{len(s)},{float(max_q[i])!r},{ranks[i]}" for i, s in enumerate(sequences)]
-    top = np.argsort(ranks, kind="stable")[: config.top_k]  # candidate indices, best first
-    rng = stream(config.selection_seed)
-    chosen = sorted(int(i) for i in rng.choice(top, size=config.selected, replace=False))
-    doc = document(
-        [sequences[i] for i in chosen],
-        {
-            "stage": "select",
-            "candidate_indices": chosen,
-            "candidates_sha256": candidates_sha256,
-            "ranker_weights_sha256": ranker_sha256,
-            "ranking": f"max_a Q(s, a) at the end state; top {config.top_k} of {len(sequences)}",
-            "selection": f"{config.selected} drawn without replacement from the top "
-            f"{config.top_k}: {GENERATOR}.choice",
-            "selection_seed": config.selection_seed,
-            "candidates_seed": candidates["provenance"].get("seed"),
-        },
-        candidates.get("game", "breakout"),
-        tuple(candidates.get("action_set", BREAKOUT_ACTIONS)),
-    )
-    write_text(Path(out_dir) / "ranking.csv", "\n".join(lines) + "\n")
-    write_json(Path(out_dir) / "selected.json", doc)
-    return doc

@@ -230,7 +230,8 @@ def replay_rows(
     from reprodqn.evaluation.stage import protocol_episodes
     from reprodqn.evaluation.start_states import for_game
 
-    named = reference / for_game(evaluation, config.env.game)  # the bundle's, else the package's
+    # the bundle's (a game's own start_sequences/GAME.json included), else the package's
+    named = reference / for_game(evaluation, config.env.game, reference)
     protocol, specs, sequences, _, _ = protocol_episodes(
         config, evaluation, named if named.exists() else None
     )
