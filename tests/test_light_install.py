@@ -12,7 +12,7 @@ import tomllib
 from tests.helpers import ROOT, cli_env
 
 STUDY = {"scipy", "matplotlib", "mlflow", "dvc", "submitit", "markdown-it-py", "rocrate"}
-STUDY |= {"jsonschema"}
+STUDY |= {"jsonschema", "packaging"}  # packaging: the bundle's lock (report.lock)
 STUDY_MODULES = ("scipy", "matplotlib", "mlflow", "dvc", "submitit", "markdown_it", "rocrate")
 STUDY_MODULES += ("jsonschema", "stable_baselines3")
 

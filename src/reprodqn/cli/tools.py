@@ -105,6 +105,12 @@ def cmd_bundle(args) -> int:
         f"{info['sha256']} -> {args.out}",
         file=sys.stderr,
     )
+    if not info["lock_hashed"]:
+        print(
+            "bundle: requirements.lock carries no hashes (its header says why): REPLICATE.md "
+            "installs it by version",
+            file=sys.stderr,
+        )
     return 0
 
 

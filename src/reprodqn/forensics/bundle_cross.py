@@ -6,7 +6,8 @@ with each other.
   pipeline    every param dvc.lock recorded for a stage is params.yaml's value
   conditions  fingerprint.json's hash is its fields', and its fields results/conditions.json's;
               each run's conditions name the same machine and fingerprint; the lock pins
-              the versions the conditions recorded, and only pins (no index, no URL)
+              the versions the conditions recorded, and only pins (no index, no URL), and
+              names the torch build they recorded
   runs        complete.json is the chain's last line; process.jsonl's chain hashes are the
               chain's where both have a step (a loss value itself only --rerun checks)
 
@@ -32,6 +33,7 @@ WHEELS, CODE = "wheels", "code"
 LOCK = "requirements.lock"
 # what the same machine writes the same in each run's conditions and in results/'s
 SAME_MACHINE = (("fingerprint",), ("device_name",), ("cpu", "model"), ("cpu", "architecture"))
+TORCH_BUILD = re.compile(r"# torch==(\S+?):")  # the lock's header: the build the study ran
 PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
 
 
@@ -206,6 +208,7 @@ def _lock(directory: Path, packages: dict) -> str:
     versions = {k.lower(): str(v).split("+")[0] for k, v in packages.items() if v}
     count = 0
     for number, line in enumerate(path.read_text().splitlines(), 1):
+        _torch_build(line, str(packages.get("torch") or ""))
         text = line.split(" #")[0].strip().removesuffix("\\").strip()
         if not text or text.startswith("#") or text.startswith("--hash="):
             continue
@@ -225,6 +228,16 @@ def _lock(directory: Path, packages: dict) -> str:
             )
         count += 1
     return f"{LOCK}'s {plural(count, 'pin')} are the recorded versions"
+
+
+def _torch_build(line: str, recorded: str) -> None:
+    """The build the lock's header names for torch (report.lock), against the recorded one."""
+    named = TORCH_BUILD.match(line)
+    if named and recorded and named.group(1) != recorded:
+        raise Disagrees(
+            "conditions",
+            f"{LOCK} names torch {named.group(1)}, results/conditions.json records {recorded}",
+        )
 
 
 def runs(directory: Path) -> str:

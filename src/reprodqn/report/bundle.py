@@ -26,7 +26,7 @@ from reprodqn.core.atomic import atomic_open
 from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import provenance
-from reprodqn.report import citation, readme, signing, wheel
+from reprodqn.report import citation, lock, readme, signing, wheel
 
 PROJECT_FILES = (
     "README.md",
@@ -130,7 +130,7 @@ def write(root: Path, out: Path, checkpoints: bool, sign: Path | None = None) ->
         raise InputError(f"--out {out}: a directory; give the archive's path (e.g. {out}/x.tar.gz)")
     files = collect(root, checkpoints)
     contents: dict[str, bytes | None] = {f.as_posix(): None for f in files}  # None: on disk
-    contents.update(code_files(root, "requirements.lock" in contents))
+    contents.update(code_files(root, lock.NAME in contents))
     contents.update(safe_pipelines(root, contents))
     for stale in (workspace.SIGNATURE, workspace.SIGNER):  # a workspace's: never its signature
         contents.pop(stale, None)
@@ -156,7 +156,8 @@ def write(root: Path, out: Path, checkpoints: bool, sign: Path | None = None) ->
             handle.write(f"{digest}  {out.name}\n")
     except OSError as error:  # a study file's is its own (_write_archive)
         raise InputError(f"--out {out}: cannot write there ({error.strerror})") from None
-    return {"files": len(contents), "bytes": out.stat().st_size, "sha256": digest}
+    size, hashed = out.stat().st_size, lock.shipped_hashed(root, contents)
+    return {"files": len(contents), "bytes": size, "sha256": digest, "lock_hashed": hashed}
 
 
 def page(root: Path, contents: dict[str, bytes | None], signed: bool) -> str:
@@ -168,6 +169,7 @@ def page(root: Path, contents: dict[str, bytes | None], signed: bool) -> str:
         wheel=wheel_path,
         wheel_sha256=_sha256(root, wheel_path, contents[wheel_path]),
         signed=signed,
+        lock_hashed=lock.shipped_hashed(root, contents),
         commit=provenance.git_info(root).get("commit") if checkout else None,
     )
     return readme.text(root, checkout, shipped)
@@ -191,6 +193,7 @@ def shipped_page(directory: Path) -> str:
         wheel=f"{wheel.WHEEL_DIR}/{wheels[0].name}",
         wheel_sha256=sha256_file(wheels[0]),
         signed=(directory / workspace.SIGNATURE).exists(),
+        lock_hashed=lock.shipped_hashed(directory, {}),
         commit=(cff or {}).get("commit") if checkout else None,
     )
     return readme.text(directory, checkout, shipped)

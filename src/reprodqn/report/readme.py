@@ -13,8 +13,10 @@ import yaml
 
 from reprodqn.core import workspace
 from reprodqn.determinism import replication_scope
+from reprodqn.report.lock import TORCH_INDEX
 
 NAME = workspace.REPLICATE
+TORCH_PIN = "2.13.0"  # pyproject.toml's, for a study whose conditions record no torch
 
 
 def _json(path: Path) -> dict:
@@ -226,8 +228,8 @@ The bundle is unsigned: the archive's SHA-256, as the paper publishes it, is all
 vouches for it.
 """
 LOCK_UNHASHED = (
-    "The lock's pins carry no hashes (a workspace's lock: the versions it ran), so they\n"
-    "install from your package index by version."
+    "The lock's pins carry no hashes (its header says why), so they install from your\n"
+    "package index by version."
 )
 
 
@@ -236,7 +238,7 @@ def text(root: Path, checkout: bool, shipped: Shipped) -> str:
     the installed package), from the bundled files and `shipped`: what the bundle adds."""
     root = Path(root)
     packages = _json(root / workspace.conditions_path()).get("packages", {})
-    torch = str(packages.get("torch", "2.13.0")).split("+")[0]
+    torch = str(packages.get("torch") or "")  # with its build's label (+cpu) if any
     # the version a workspace's stages recorded (results/installed.json), else the wheel's
     wheel_version = Path(shipped.wheel).name.split("-")[1]
     version = _json(root / workspace.RESULTS / workspace.INSTALLED).get("version", wheel_version)
@@ -251,7 +253,7 @@ SHA-256 of every file (`MANIFEST.sha256`). `CITATION.cff` says what to cite;
 
 {_replicates(root)}
 
-{trust_section(shipped)}{install_section(root, torch, shipped)}{CHECKS}{REPLICATE}
+{trust_section(shipped)}{install_section(torch, shipped)}{CHECKS}{REPLICATE}
 {_time_line(root)}
 
 {COMPARED}{_rerun_lines(root)} {SPOT_CHECK}"""
@@ -260,11 +262,13 @@ SHA-256 of every file (`MANIFEST.sha256`). `CITATION.cff` says what to cite;
 @dataclass(frozen=True)
 class Shipped:
     """What the page says that the study's files do not: the wheel (its path in the bundle
-    and SHA-256), whether the manifest is signed, the checkout's commit."""
+    and SHA-256), whether the manifest is signed, whether the lock carries hashes (a
+    workspace's is made with the bundle), the checkout's commit."""
 
     wheel: str
     wheel_sha256: str
     signed: bool
+    lock_hashed: bool
     commit: str | None = None
 
 
@@ -280,10 +284,19 @@ def trust_section(shipped: Shipped) -> str:
 """
 
 
-def install_section(root: Path, torch: str, shipped: Shipped) -> str:
-    """Step 3: the lock, then the wheel by the SHA-256 the signed manifest gives."""
-    hashed = "--hash=" in _read(root / "requirements.lock")
+def install_section(torch: str, shipped: Shipped) -> str:
+    """Step 3: the lock, then the wheel by the SHA-256 the signed manifest gives; torch
+    first, by its version, and the build the study ran (`torch`: conditions.json's, '' if
+    none is recorded: the package's pin)."""
+    hashed = shipped.lock_hashed
     lock = "pip install --require-hashes" if hashed else "pip install"
+    public, _, label = (torch or TORCH_PIN).partition("+")
+    build = (  # the build's own index: the version's local label names it (+cpu, +cu128)
+        f": `pip install torch=={torch} --index-url {TORCH_INDEX}/{label}` installs that build"
+        if label
+        else ""
+    )
+    ran = f" The study\nran torch {torch}{build}." if torch else ""
     return f"""## 2. Install, from this archive
 
 In the folder that holds `reprodqn-bundle/` (not inside it: its runs are finished, and the
@@ -291,14 +304,14 @@ commands that write results refuse to run there), after step 1:
 
 ```sh
 python3.11 -m venv .venv && . .venv/bin/activate
-pip install torch=={torch}
+pip install torch=={public}
 {lock} -r reprodqn-bundle/requirements.lock
 echo "reprodqn-bundle/{shipped.wheel} --hash=sha256:{shipped.wheel_sha256}" > wheel.txt
 pip install --no-deps --require-hashes -r wheel.txt
 ```
 
 The wheel installs only with the SHA-256 the manifest gives it (the manifest step 1
-checked); torch by its version, as its build (CPU or CUDA) is your machine's.
+checked); torch by its version, as its build (CPU or CUDA) is your machine's.{ran}
 {"The lock's pins carry their hashes too." if hashed else LOCK_UNHASHED}
 
 Then check the bundle with what you installed (seconds, no training):
@@ -310,10 +323,3 @@ reprodqn verify reprodqn-bundle            # --signer AUTHOR_KEY.pub: against th
 It checks from the bundle's own wheel, so it cannot vouch for that wheel: step 1 does.
 
 """
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""

@@ -5,7 +5,7 @@ wheel; its dependencies from the lock beside it), and the archive stays reproduc
 
 Made from the installed files, not built: a build needs the build backend and, isolated,
 a network; the installed files are what ran. The lock: a checkout's requirements.lock as it
-is; elsewhere, the installed distributions' versions (pins without hashes)."""
+is; elsewhere, what the study needs to run, as installed, with hashes (report.lock)."""
 
 from __future__ import annotations
 
@@ -19,16 +19,12 @@ from importlib.resources import files
 from pathlib import Path
 
 from reprodqn.core import packaged
+from reprodqn.report import lock
 
 WHEEL_DIR = "wheels"  # the wheel itself, in the bundle
 CODE_DIR = "code"  # the wheel's contents, unpacked, for a reader to browse
 TAG = "py3-none-any"
 STAMP = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip can hold: every entry the same
-# torch's own distributions: REPLICATE.md installs torch by its pin first (the build, CPU
-# or CUDA, is the reader's machine's); NVIDIA's management library is not one of them
-TORCH_OWN = ("torch", "triton")
-TORCH_OWN_PREFIXES = ("cuda-", "nvidia-")
-KEPT = ("nvidia-ml-py",)
 
 
 def package_tree() -> dict[str, bytes]:
@@ -88,24 +84,8 @@ def bundled(root: Path, lock_shipped: bool) -> dict[str, bytes]:
     added = {f"{WHEEL_DIR}/{name}": wheel_bytes(entries)}
     added.update({f"{CODE_DIR}/{entry}": data for entry, data in entries.items()})
     if not lock_shipped:
-        added["requirements.lock"] = installed_lock().encode()
+        added[lock.NAME] = lock.runtime_lock().encode()
     return added
-
-
-def installed_lock() -> str:
-    """Pins of every installed distribution but reprodqn and torch's own (REPLICATE.md
-    installs torch by its pin first), public versions only (a local `+cpu` is no index's)."""
-    pins = {}
-    for distribution in importlib.metadata.distributions():
-        name = (distribution.metadata["Name"] or "").lower()
-        torch_own = name in TORCH_OWN or (name.startswith(TORCH_OWN_PREFIXES) and name not in KEPT)
-        if name and name != "reprodqn" and not torch_own:
-            pins[name] = distribution.version.split("+")[0]
-    header = (
-        "# The distributions the study ran with (the bundling environment's), for\n"
-        "# `pip install -r requirements.lock`; torch is installed by its own pin first.\n"
-    )
-    return header + "".join(f"{name}=={pins[name]}\n" for name in sorted(pins))
 
 
 def _metadata_file(name: str, fallback: str) -> bytes:
