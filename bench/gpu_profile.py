@@ -44,6 +44,7 @@ def labelled(run: Run) -> None:
 
 def profile_path(path: str, extra: list[str], args) -> None:
     overrides = [
+        gpu_sharing.STANDARD_NUMERICS,  # the fast path is the standard numerics'
         "replay.learning_starts=1000",
         "replay.capacity=20000",
         "agent.epsilon_decay_steps=1",

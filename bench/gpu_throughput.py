@@ -49,7 +49,9 @@ def main() -> int:
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="gpu-throughput-"))
     out.mkdir(parents=True, exist_ok=True)
-    settings = [*gpu_check.scale(args.steps), f"compute.device={args.device}"]
+    settings = gpu_sharing.in_standard_numerics(
+        [*gpu_check.scale(args.steps), f"compute.device={args.device}"]
+    )
     launch = gpu_launch.Settings(args.mps, args.blocking_sync, args.pin)
     with gpu_launch.sharing(launch, args.device, out / "mps-control.log") as launcher:
         swept = gpu_sharing.sweep(

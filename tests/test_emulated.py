@@ -106,3 +106,28 @@ def test_the_integer_resize_gives_x86s_opencv_bytes_on_an_emulated_aarch64(tmp_p
     assert lines["tables"] == resize_check.tables_digest()
     assert lines["ours_equal"] == "1 500"
     print("aarch64's own cv2.resize differs on", lines["opencv_differing"], "of 500 frames")
+
+
+@pytest.mark.slow
+@pytest.mark.emulated
+@pytest.mark.skipif(
+    not (ARM64_ROOT / "usr/bin/python3.11").exists(),
+    reason=f"no arm64 root at {ARM64_ROOT} (tools/emulated/arm64_root.sh makes it)",
+)
+def test_the_universal_smoke_reference_replicates_on_an_emulated_aarch64(tmp_path):
+    """reference/smoke, made on x86-64 under the lock's torch, spot-checked on qemu's
+    aarch64 under torch 2.9.1 (`verify --reference --rerun`) up to the first checkpoint
+    with updates (1,000 of them), as a reader with an ARM laptop would check it. Its time
+    goes to tools/emulated/README.md."""
+    import time
+
+    command = ["bash", str(RUN), "aarch64", str(ARM64_ROOT), "--", "python", "-m",
+               "reprodqn.cli", "verify", "--reference", str(ROOT / "reference" / "smoke"),
+               "--rerun", "deterministic/0", "--until", "2000",
+               "--scratch", str(tmp_path / "rerun")]  # fmt: skip
+    began = time.monotonic()
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=5400)
+    said = result.stdout + result.stderr
+    assert result.returncode == 0, said[-3000:]
+    assert "identical" in said
+    print(f"aarch64 spot-check of reference/smoke to step 2000: {time.monotonic() - began:.0f} s")

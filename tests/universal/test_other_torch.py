@@ -1,7 +1,7 @@
 """The universal golden chain, probe and smoke reference under a second torch version, in
 its own venv: torch 2.11.0, whose oneDNN parts the standard chain from the lock's 2.13.0,
 must give the tiny training run's golden chain (the game included), the probe's golden hash
-and reference/smoke-universal's spot-check. The venv is built by tools/other_torch/build.sh
+and reference/smoke's spot-check. The venv is built by tools/other_torch/build.sh
 (CI does, before `pytest -m other_torch`)."""
 
 from __future__ import annotations
@@ -77,13 +77,13 @@ def test_the_gpu_kernels_are_the_spec_under_tritons_interpreter():
 
 @pytest.mark.other_torch
 def test_the_universal_smoke_reference_replicates_under_another_torch(tmp_path):
-    """reference/smoke-universal, made under the lock's torch, spot-checked under torch
+    """reference/smoke, made under the lock's torch, spot-checked under torch
     2.11: its deterministic/0 retrained there gives the shipped chain and process records
     (`verify --reference --rerun`), as a reader on another stack would check it."""
     python = VENV / "bin" / "python"
     assert python.exists(), f"no venv at {VENV}: run tools/other_torch/build.sh {VENV}"
     argv = [str(python), "-m", "reprodqn.cli", "verify", "--reference"]
-    argv += [str(ROOT / "reference" / "smoke-universal"), "--rerun", "deterministic/0"]
+    argv += [str(ROOT / "reference" / "smoke"), "--rerun", "deterministic/0"]
     argv += ["--until", "3000", "--scratch", str(tmp_path / "rerun")]
     environment = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONHASHSEED": "0"}
     shown = subprocess.run(argv, capture_output=True, text=True, env=environment, cwd=tmp_path)

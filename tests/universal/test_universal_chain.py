@@ -20,10 +20,11 @@ from tests.helpers import PARAMS, ROOT, cli_env, stop_after_first_resume_point, 
 
 GOLDEN = ROOT / "tests" / "golden"
 CHAIN = GOLDEN / "universal-tiny-nips.hashes.jsonl"
+# the same run with no numerics or resize setting: the defaults, universal with the authors'
+# resize (OpenCV's INTER_LINEAR, computed in integers); made on an AMD EPYC Zen 3
+DEFAULT_CHAIN = GOLDEN / "universal-tiny-nips-default.hashes.jsonl"
 PROBE = GOLDEN / "universal-probe.json"
-OVERRIDES = [
-    "compute.numerics=universal",
-    "env.resize=linear_exact",
+SCALE = [
     "agent.network=nips",
     "agent.batch_size=8",
     "agent.target_sync_every=100",
@@ -35,12 +36,15 @@ OVERRIDES = [
     "train.resume_every=400",
     "train.log_every=100",
 ]
+OVERRIDES = ["compute.numerics=universal", "env.resize=linear_exact", *SCALE]
 
 
-def universal_chain(runs_dir: Path, *extra: str, env: dict | None = None) -> list[str]:
+def universal_chain(
+    runs_dir: Path, *extra: str, env: dict | None = None, base: list[str] = OVERRIDES
+) -> list[str]:
     argv = [sys.executable, "-m", "reprodqn.cli", "train", "--group", "deterministic"]
     argv += ["--run", "0", "--params", str(PARAMS), "--runs-dir", str(runs_dir)]
-    for item in (*OVERRIDES, *extra):
+    for item in (*base, *extra):
         argv += ["--set", item]
     environment = {**cli_env(), **(env or {})}
     subprocess.run(argv, check=True, capture_output=True, env=environment, cwd=runs_dir)
@@ -70,6 +74,20 @@ def test_the_universal_chain_is_the_golden_one(tmp_path, extra):
     assert json.loads(ours[-1])["updates"] > 100
     assert all(json.loads(line)["numerics"] == "universal" for line in ours)
     assert ours == golden, f"the universal chain parted from the golden one under {extra}"
+
+
+@pytest.mark.parametrize(
+    "extra", [(), ("compute.threads=2",), ("compute.cpu_isa=native",)], ids=lambda e: str(e)
+)
+def test_a_train_with_no_numerics_setting_is_universal_with_the_authors_resize(tmp_path, extra):
+    """The default a fresh clone trains with: the universal numerics and OpenCV's
+    INTER_LINEAR in integers, one chain at every floor and thread count."""
+    ours = universal_chain(tmp_path, *extra, base=SCALE)
+    recorded = json.loads((tmp_path / "deterministic" / "0" / "config.json").read_text())
+    compute, env = recorded["config"]["compute"], recorded["config"]["env"]
+    assert (compute["numerics"], env["resize"]) == ("universal", "linear")
+    assert ours == DEFAULT_CHAIN.read_text().splitlines(), f"parted under {extra}"
+    assert ours != CHAIN.read_text().splitlines()  # the resize is in the chain
 
 
 # numba's code for another CPU: SSE2 without fma (libm's fmaf), AVX2, AVX-512 vector bodies

@@ -29,14 +29,17 @@ def cmd_train(args) -> int:
     from reprodqn.evaluation import start_states
     from reprodqn.study import launch, tracking
     from reprodqn.training.loop import train
+    from reprodqn.training.run_numerics import keep_recorded_numerics, named_on_command_line
 
     params = _load(args)
-    config = resolve_run(params, args.group, args.run)
+    run_dir = workspace.run_dir(args.runs_dir, args.group, args.run)
+    config, kept = keep_recorded_numerics(
+        resolve_run(params, args.group, args.run), run_dir, named_on_command_line(args.overrides)
+    )
     notes = start_states.check_before_training(params.evaluation, [config])  # as study's
     launch.adopt_launch_environment(config.compute.threads, args.relaunch_argv)  # may re-exec
-    for note in notes:
+    for note in [kept, *notes] if kept else notes:
         print(f"train {args.group}/{args.run}: {note}", file=sys.stderr)
-    run_dir = workspace.run_dir(args.runs_dir, args.group, args.run)
     events = train(config, run_dir, restart=args.restart)
     if args.track:
         events = tracking.track_training(events, config, run_dir)

@@ -47,14 +47,17 @@ class ComputeConfig(Frozen):
         "kernels decide and this is ignored.",
     )
     numerics: Literal["standard", "universal"] = Field(
-        "standard",
-        description="standard: torch's kernels pinned by the floor above, exact on one stack "
-        "(CPU floor, torch and oneDNN version, GPU model and driver). universal: every "
-        "floating-point op of acting and learning in reprodqn's own kernels, each one written "
-        "order of correctly rounded IEEE-754 float32 operations (docs/universal-numerics.md), "
-        "so the chain is one on every CPU, thread count and torch version; the device, floor "
-        "and threads then change speed only. Nature or NIPS network, one Q head or "
-        "a dueling one, uniform or prioritized replay, 1-step or n-step targets.",
+        "universal",
+        description="universal: every floating-point op of acting and learning in "
+        "reprodqn's own kernels, each one written order of correctly rounded IEEE-754 "
+        "float32 operations (docs/universal-numerics.md), so the chain is one on every CPU, "
+        "thread count and torch version; the device, floor and threads then change speed "
+        "only. It covers the Nature and NIPS networks, one Q head or a dueling one, uniform "
+        "or prioritized replay, 1-step or n-step targets. standard: torch's kernels pinned "
+        "by the floor above, exact on one stack (CPU floor, torch and oneDNN version, GPU "
+        "model and driver); for what the universal kernels do not cover (R2D2's priority "
+        "mixture, replay in a GPU's memory, CUDA graphs) and runs trained before the "
+        "universal default (a params file or a run that names no mode is standard).",
     )
     replay_on_device: bool = Field(
         False,
@@ -87,7 +90,9 @@ def check_universal(config) -> None:
     }
     for need, met in needs.items():
         if not met:
-            raise ValueError(f"compute.numerics: universal needs {need}")
+            raise ValueError(
+                f"compute.numerics: universal needs {need}, or compute.numerics: standard"
+            )
 
 
 def check_speed_options(config) -> None:

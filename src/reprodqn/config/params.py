@@ -7,6 +7,7 @@ agent steps (one action, = `frame_skip` emulator frames) unless a name says fram
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -29,7 +30,8 @@ from reprodqn.core.digests import json_digest
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import rng
 
-# knobs that runs recorded before them lack: left out of the digest at their defaults
+# knobs that runs recorded before them lack: left out of the digest at the value they had
+# before they existed (their default, or sources.BEFORE_IT_EXISTED's)
 DIGEST_OPTIONAL = {**VARIANT_KNOBS, "compute": ("cpu_reduction_order", "numerics")}
 # where and how fast: in the universal mode these change no bit of a run
 UNIVERSAL_WHERE = ("device", "threads", "cpu_isa", "deterministic_gpu")
@@ -287,6 +289,12 @@ class RunConfig(Frozen):
         check_universal(self)
         return self
 
+    @classmethod
+    def from_record(cls, config: Any) -> RunConfig:
+        """A run's config.json config: the knobs it lacks as they were before they existed
+        (a run recorded before compute.numerics computed in the standard numerics)."""
+        return cls.model_validate(sources.fill_before_it_existed(copy.deepcopy(config)))
+
     def digest(self) -> str:
         """SHA-256 of everything that determines the run's outputs (not its name, nor the
         resume interval, which changes when state is saved but no result)."""
@@ -314,9 +322,10 @@ class RunConfig(Frozen):
             if section not in body:
                 continue
             fields = type(getattr(self, section)).model_fields
-            body[section] = {
-                k: v for k, v in body[section].items() if k not in knobs or fields[k].default != v
+            was = {
+                k: sources.BEFORE_IT_EXISTED.get(f"{section}.{k}", fields[k].default) for k in knobs
             }
+            body[section] = {k: v for k, v in body[section].items() if k not in was or was[k] != v}
         if not self.replay.prioritized:
             del body["priority"]
         return json_digest(body)

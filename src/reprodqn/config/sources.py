@@ -14,6 +14,11 @@ from pydantic import BaseModel, ValidationError
 
 from reprodqn.core.errors import InputError
 
+# What a run computed before a knob existed, where the knob's default is now another: a
+# params file or a recorded run config that lacks the knob means this value, and a run's
+# digest leaves the knob out at it (so those runs keep their digests).
+BEFORE_IT_EXISTED = {"compute.numerics": "standard"}
+
 
 def load_raw(path: str | Path) -> dict:
     path = Path(path)
@@ -69,6 +74,21 @@ def set_dotted(raw: dict, key: str, value: Any, source: str) -> None:
     if parts[-1] not in node:
         raise InputError(f"{source}: unknown key {key!r}{nearest(key, raw, [])}")
     node[parts[-1]] = copy.deepcopy(value)
+
+
+def fill_before_it_existed(raw: Any) -> Any:
+    """`raw` (a params mapping or a recorded config), the knobs it lacks given the value
+    they had before they existed, in place (where their section is there or missing)."""
+    if not isinstance(raw, dict):
+        return raw
+    for key, value in BEFORE_IT_EXISTED.items():
+        node = raw
+        *sections, name = key.split(".")
+        for section in sections:
+            node = node.setdefault(section, {}) if isinstance(node, dict) else None
+        if isinstance(node, dict) and name not in node:
+            node[name] = value
+    return raw
 
 
 def dotted_keys(node: dict, prefix: list[str]) -> list[str]:
@@ -159,8 +179,20 @@ def check_complete(raw: dict, model: type[BaseModel], source: str, version: str,
             f"{source}: does not know {', '.join(unknown)}{also} (a params file of another "
             f"reprodqn version? this is {version}; `reprodqn params --explain` lists its keys)"
         )
+    earlier = [f"{k}: {v}" for k, v in BEFORE_IT_EXISTED.items() if _lacks(raw, k)]
+    fill_before_it_existed(raw)
     if lacks and notice is not None:
+        values = f": {', '.join(earlier)}, the rest their defaults" if earlier else ""
         notice(
-            f"{source}: lacks {', '.join(lacks)}, so their defaults apply (the behaviour "
-            f"before they existed; reprodqn {version})"
+            f"{source}: lacks {', '.join(lacks)}, so they behave as before they existed"
+            f"{values} (reprodqn {version})"
         )
+
+
+def _lacks(raw: dict, key: str) -> bool:
+    node: Any = raw
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return True
+        node = node[part]
+    return False

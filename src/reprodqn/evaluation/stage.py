@@ -214,9 +214,11 @@ def evaluate_stage(
     from reprodqn.core.errors import InputError
     from reprodqn.evaluation.start_states import score_note
     from reprodqn.training.run_game import check_run_game
+    from reprodqn.training.run_numerics import keep_recorded_numerics
 
-    config = resolve_run(params, group, run)
     run_dir = workspace.run_dir(runs, group, run)
+    # its checkpoints compute in the mode they were trained in, whatever the params say
+    config, kept = keep_recorded_numerics(resolve_run(params, group, run), run_dir, False)
     if not (run_dir / workspace.COMPLETE).exists():
         raise InputError(
             f"{run_dir}: training is not complete; run `reprodqn train "
@@ -229,6 +231,8 @@ def evaluate_stage(
     )
     digest = evaluation_digest(protocol, specs, sequences_sha, hashes)
     label = f"evaluate {group}/{run}"
+    if kept:
+        print(f"{label}: {kept}", file=sys.stderr)
     out_dir = workspace.eval_dir(evaluations, group, run)
     record = out_dir / workspace.EVAL_JSON
     if (

@@ -215,7 +215,7 @@ def _params(directory: Path, params) -> str:
                     + _differing(expected.model_dump(mode="json"), recorded.get("config")),
                 )
             try:
-                own = RunConfig.model_validate(recorded.get("config")).digest()
+                own = RunConfig.from_record(recorded.get("config")).digest()
             except ValueError:
                 raise LinkBroken("params", f"{name}: its config is not a run's config") from None
             if own != digest:

@@ -151,7 +151,9 @@ def check(
     launch_settings.refuse(device)  # before the first run, not at the sweep
     out.mkdir(parents=True, exist_ok=True)
     log = out / "train.log"
-    settings = [*scale(steps), f"compute.device={device}", *overrides]
+    settings = gpu_sharing.in_standard_numerics(
+        [*scale(steps), f"compute.device={device}", *overrides]
+    )
     result: dict = {
         "device": device,
         "gpu": provenance.gpu_info(),

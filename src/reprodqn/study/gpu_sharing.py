@@ -15,6 +15,9 @@ from typing import Any
 from reprodqn.core import workers, workspace
 from reprodqn.core.errors import InputError
 
+# the numerics both paths compute in unless the command names another: the fast path's
+# device replay and graphs are the standard numerics' (the universal mode refuses them)
+STANDARD_NUMERICS = "compute.numerics=standard"
 # the fast path on a GPU; a CPU runs its replay part (graphs need CUDA)
 FAST = {
     "cuda": ["compute.replay_on_device=true", "compute.cuda_graphs=true"],
@@ -24,6 +27,12 @@ FAST = {
 
 def paths(device: str) -> dict[str, list[str]]:
     return {"standard": [], "fast": FAST[device]}
+
+
+def in_standard_numerics(overrides: list[str]) -> list[str]:
+    """`overrides` computed in the standard numerics, where they name no mode of their own
+    (a later --set wins, so one naming universal runs that mode's chain)."""
+    return [STANDARD_NUMERICS, *overrides]
 
 
 def annealed_rate(run_dir: Path) -> float | None:

@@ -25,6 +25,7 @@ def study_jobs(
     conditions (the job itself re-checks the conditions fingerprint)."""
     from reprodqn.config.params import resolve_run
     from reprodqn.training.run_game import check_run_game
+    from reprodqn.training.run_numerics import keep_recorded_numerics, named_on_command_line
 
     fingerprint = workspace.current_fingerprint()
     jobs = []
@@ -40,10 +41,11 @@ def study_jobs(
             "--runs-dir",
             str(runs.resolve()),
         ]
-        if stage == "train":
-            if workspace.is_finished(
-                workspace.run_dir(runs, group, run), config.digest(), fingerprint
-            ):
+        if stage == "train":  # a run keeps its recorded numerics, as its job does
+            run_dir = workspace.run_dir(runs, group, run)
+            named = named_on_command_line(params_argv)
+            config, _ = keep_recorded_numerics(config, run_dir, named)
+            if workspace.is_finished(run_dir, config.digest(), fingerprint):
                 continue
             argv += ["--restart", "--track"]
         else:  # a run of another game is refused here, before any job starts
