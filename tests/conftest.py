@@ -24,5 +24,7 @@ def _no_generator_watch_across_tests():
     a test run is pytest's: not into the next test."""
     yield
     from reprodqn.determinism import global_generators
+    from reprodqn.universal import record
 
     global_generators.stop()
+    record.forget()  # the numerics a test set its process up in: not the next test's

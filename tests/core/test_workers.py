@@ -81,5 +81,7 @@ def test_a_studys_footprint_is_its_largest_replay_where_it_lives():
         return training_footprint([resolve_run(params, g, r) for g, r in params.study.run_ids()])
 
     assert footprint() == workers.Footprint(host_bytes=REPLAY_1M)
-    assert footprint("compute.numerics=standard", "compute.replay_on_device=true") == workers.Footprint(gpu_bytes=REPLAY_1M)
+    assert footprint(
+        "compute.numerics=standard", "compute.replay_on_device=true"
+    ) == workers.Footprint(gpu_bytes=REPLAY_1M)
     assert footprint("replay.capacity=1000") == workers.Footprint(host_bytes=1000 * 7063)

@@ -17,7 +17,14 @@ from reprodqn.study import launch
 from tests.helpers import PARAMS, TINY, cli_env
 
 # Nature network: the paper's kernels (conv, GEMM) are what the knobs select between
-RUN = [*TINY, "agent.network=nature", "train.steps=300", "replay.learning_starts=100"]
+# the floor pins torch's kernels: the standard numerics' (the universal mode's are its own)
+RUN = [
+    *TINY,
+    "compute.numerics=standard",
+    "agent.network=nature",
+    "train.steps=300",
+    "replay.learning_starts=100",
+]
 # the default floor, portable: AVX2 kernels, MKL on the branch it runs alike on every vendor
 PINNED = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"}
 # each knob moved off the floor (MKL: AUTO, its unpinned branch)
@@ -128,3 +135,17 @@ def test_the_floor_reaches_a_worker_of_the_study_executor(tmp_path, monkeypatch)
     record = json.loads((tmp_path / "conditions.json").read_text())
     assert {k: record["numerics"]["environment"][k] for k in PINNED} == PINNED
     assert record["cpu"]["torch_cpu_capability"] == "AVX2"
+
+
+def test_an_x86_floor_on_an_arm_cpu_is_refused_but_in_the_universal_numerics(monkeypatch):
+    """The floor pins torch's kernels: on aarch64 the standard numerics needs native, and
+    a universal study's params (portable by default) run as they are."""
+    import platform
+
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    for knob in isa.KNOBS:
+        monkeypatch.delenv(knob, raising=False)
+    with pytest.raises(InputError, match="portable is an x86-64 floor; this machine is aarch64"):
+        isa.apply("portable")
+    applied = isa.apply("portable", "universal")
+    assert all(applied[knob] is None for knob in isa.KNOBS)  # native's: none set

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -145,7 +146,8 @@ def test_a_learning_rate_changed_in_params_yaml_is_named(copy):
     assert line.startswith(
         "verify: BROKEN: params: params.yaml gives deterministic/0 config digest "
     )
-    assert "runs/deterministic/0/config.json records 84df11303615" in line
+    recorded = json.loads((copy / "runs/deterministic/0/config.json").read_text())["digest"]
+    assert f"runs/deterministic/0/config.json records {recorded[:12]}" in line
     assert "agent.learning_rate (params.yaml 0.0005, config.json 0.00025)" in line
 
 
@@ -260,7 +262,7 @@ def test_replicate_md_gives_the_time_and_the_steps_a_spot_check_takes(smoke_bund
     page = (smoke_bundle / "REPLICATE.md").read_text()
     assert page.split("```sh\n")[1].startswith("sha256sum ARCHIVE")  # before any install
     assert page.split("```sh\n")[3].startswith("reprodqn verify reprodqn-bundle")
-    assert "Training took 5 min in all on cpu (12 runs, the longest " in page
+    assert re.search(r"Training took \d+ min in all on cpu \(12 runs, the longest ", page)
     assert (
         "STEP is any step from 1 to 3,000; the checkpoints it compares are at 1,000, 2,000, "
         "3,000" in " ".join(page.split())

@@ -84,5 +84,6 @@ def test_a_universal_run_takes_the_authors_resize():
     params = load_params(PARAMS, ["compute.numerics=universal", "env.resize=linear"])
     check_universal(params)
     assert frame_resize(params) == INTEGER_LINEAR
-    standard = load_params(PARAMS, ["env.resize=linear"])
+    assert frame_resize(load_params(PARAMS)) == INTEGER_LINEAR  # the defaults
+    standard = load_params(PARAMS, ["compute.numerics=standard", "env.resize=linear"])
     assert frame_resize(standard) == "linear"

@@ -26,14 +26,15 @@ from tests.helpers import (
     train_tiny,
 )
 
-# the speed options are the standard path's (the universal mode refuses them)
-DEVICE_REPLAY = ["compute.numerics=standard", "compute.replay_on_device=true"]
+# the speed options are the standard numerics' (the universal mode refuses them)
+STANDARD = [*TINY, "compute.numerics=standard"]
+DEVICE_REPLAY = ["compute.replay_on_device=true"]
 
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
     """The tiny deterministic run on the host replay, trained once for this module."""
-    return train_tiny(load_params(PARAMS, TINY), tmp_path_factory.mktemp("plain"))
+    return train_tiny(load_params(PARAMS, STANDARD), tmp_path_factory.mktemp("plain"))
 
 
 def eager_graphs(monkeypatch) -> list[CudaGraphs]:
@@ -56,9 +57,11 @@ def with_graphs(params):
 
 
 def test_device_replay_gives_the_host_replays_chain(plain, tmp_path):
-    params = load_params(PARAMS, [*TINY, *DEVICE_REPLAY])
+    params = load_params(PARAMS, [*STANDARD, *DEVICE_REPLAY])
     config = resolve_run(params, "deterministic", 0)
-    assert config.digest() == resolve_run(load_params(PARAMS, TINY), "deterministic", 0).digest()
+    assert (
+        config.digest() == resolve_run(load_params(PARAMS, STANDARD), "deterministic", 0).digest()
+    )
     assert train_tiny(params, tmp_path) == plain
 
 
@@ -81,9 +84,9 @@ def test_graph_code_gives_the_plain_chain(plain, tmp_path, monkeypatch, optimize
     """Warm-up updates, then the state written back in place, then every update through
     the static buffers: the plain run's chain (for centred RMSProp, its own plain chain)."""
     made = eager_graphs(monkeypatch)
-    base = load_params(PARAMS, [*TINY, *optimizer])
+    base = load_params(PARAMS, [*STANDARD, *optimizer])
     want = plain if not optimizer else train_tiny(base, tmp_path / "plain")
-    params = with_graphs(load_params(PARAMS, [*TINY, *optimizer, *DEVICE_REPLAY]))
+    params = with_graphs(load_params(PARAMS, [*STANDARD, *optimizer, *DEVICE_REPLAY]))
     assert train_tiny(params, tmp_path / "graphs") == want
     assert made and made[0]._update is not None and made[0]._act is not None
 
@@ -91,14 +94,14 @@ def test_graph_code_gives_the_plain_chain(plain, tmp_path, monkeypatch, optimize
 def test_graph_code_resumes_to_the_plain_chain(plain, tmp_path, monkeypatch):
     """A resume point gives the optimizer new tensors: the graphs are prepared again."""
     eager_graphs(monkeypatch)
-    params = with_graphs(load_params(PARAMS, [*TINY, *DEVICE_REPLAY]))
+    params = with_graphs(load_params(PARAMS, [*STANDARD, *DEVICE_REPLAY]))
     stop_after_first_resume_point(params, tmp_path)
     assert train_tiny(params, tmp_path) == plain
 
 
 def learning_run(run_dir) -> loop.Run:
     """The tiny run on the device replay, 60 steps past the start of learning."""
-    params = load_params(PARAMS, [*TINY, *DEVICE_REPLAY])
+    params = load_params(PARAMS, [*STANDARD, *DEVICE_REPLAY])
     run = loop.Run(resolve_run(params, "deterministic", 0), run_dir, torch.device("cpu"))
     while run.step < 260:
         run.advance()
@@ -174,7 +177,7 @@ def test_a_capture_that_fails_says_why_and_leaves_the_run_as_it_was(tmp_path, mo
 def test_the_gpu_group_still_parts_on_the_device_replay(plain, tmp_path):
     """Its emulated kernels (rows summed in an order drawn anew) run on the gathered batch:
     its two runs agree until updates start, then part, as on the host replay."""
-    params = load_params(PARAMS, [*TINY, *DEVICE_REPLAY])
+    params = load_params(PARAMS, [*STANDARD, *DEVICE_REPLAY])
     first = train_tiny(params, tmp_path / "a", group="gpu")
     second = train_tiny(params, tmp_path / "b", group="gpu")
     before_updates = [line for line in plain if line["updates"] == 0]
@@ -200,13 +203,13 @@ def test_the_gpu_group_still_parts_on_the_device_replay(plain, tmp_path):
 )
 def test_options_are_refused_where_they_cannot_run(overrides, message):
     with pytest.raises(InputError, match=message):
-        load_params(PARAMS, [*TINY, *overrides])
+        load_params(PARAMS, [*STANDARD, *overrides])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU's refusal")
 def test_cuda_graphs_on_a_cpu_are_refused_in_one_line(tmp_path):
     """compute.device auto resolves to the CPU here: the run refuses, one line, exit 2."""
-    argv = train_command(tmp_path, [*TINY, *DEVICE_REPLAY, "compute.cuda_graphs=true"])
+    argv = train_command(tmp_path, [*STANDARD, *DEVICE_REPLAY, "compute.cuda_graphs=true"])
     done = subprocess.run(argv, capture_output=True, text=True, env=cli_env())
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from reprodqn.config.params import load_params, resolve_run
+from reprodqn.config.params import RunConfig, load_params, resolve_run
 from reprodqn.core.errors import InputError
 from reprodqn.determinism.provenance import fingerprint_fields
 from reprodqn.forensics import chains
@@ -15,6 +15,7 @@ from reprodqn.universal import api as universal
 from tests.helpers import PARAMS
 
 UNIVERSAL = ["compute.numerics=universal", "env.resize=linear_exact"]
+STANDARD = ["compute.numerics=standard"]
 
 
 def run_digest(*overrides: str) -> str:
@@ -24,18 +25,20 @@ def run_digest(*overrides: str) -> str:
 def test_where_a_universal_run_computes_is_left_out_of_its_digest():
     where = ["compute.threads=2", "compute.cpu_isa=native", "compute.device=cpu"]
     assert run_digest(*UNIVERSAL) == run_digest(*UNIVERSAL, *where)
-    assert run_digest() != run_digest("compute.threads=2")  # the standard mode keeps them
-    assert run_digest(*UNIVERSAL) != run_digest("env.resize=linear_exact")
+    # the standard mode keeps them
+    assert run_digest(*STANDARD) != run_digest(*STANDARD, "compute.threads=2")
+    assert run_digest(*UNIVERSAL) != run_digest(*STANDARD, "env.resize=linear_exact")
+    assert run_digest() == run_digest("compute.numerics=universal")  # the default
 
 
-def test_the_standard_default_leaves_every_digest_as_it_was():
-    """compute.numerics at its default is left out, as fields added before it were."""
-    config = resolve_run(load_params(PARAMS), "deterministic", 0)
-    assert (
-        "numerics"
-        not in config.model_dump(mode="json", exclude={"compute": {"numerics"}})["compute"]
-    )
-    assert config.digest() == run_digest("compute.numerics=standard")
+def test_the_standard_mode_leaves_every_digest_as_it_was():
+    """compute.numerics at standard, the value runs recorded before it had, is left out of
+    the digest, as fields added before it were; universal, the default now, is in it."""
+    config = resolve_run(load_params(PARAMS, STANDARD), "deterministic", 0)
+    recorded = config.model_dump(mode="json")
+    del recorded["compute"]["numerics"]
+    assert config.digest() == RunConfig.from_record(recorded).digest()
+    assert config.digest() != run_digest()
 
 
 def test_a_universal_fingerprint_leaves_out_torch_and_the_cpu():
@@ -65,7 +68,7 @@ def test_a_cuda_device_is_the_gpu_backends_and_keeps_the_digest():
     """The universal mode runs on a CUDA device (the Triton kernels): the config is accepted
     and its digest is the CPU's, so a GPU's chain is checked against a CPU's."""
     assert run_digest(*UNIVERSAL, "compute.device=cuda") == run_digest(*UNIVERSAL)
-    assert run_digest("compute.device=cuda") != run_digest()  # the standard mode's differ
+    assert run_digest(*STANDARD, "compute.device=cuda") != run_digest(*STANDARD)  # standard's
 
 
 def test_chains_of_different_numerics_are_never_compared():

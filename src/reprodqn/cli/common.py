@@ -111,7 +111,8 @@ def load(args):
             for ours, theirs in getattr(args, "said_as", {}).items():
                 line = line.replace(ours, theirs)
             raise InputError(line) from None
-        isa.apply(args.loaded_params.compute.cpu_isa)
+        compute = args.loaded_params.compute
+        isa.apply(compute.cpu_isa, compute.numerics)
     return args.loaded_params
 
 

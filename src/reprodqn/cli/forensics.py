@@ -116,7 +116,7 @@ def cmd_verify(args) -> int:
         group, run = rerun.parse_run(args.rerun)
         verify.check_bundle(args.reference)
         config = rerun.shipped_config(args.reference, group, run, args.params, args.overrides)
-        isa.apply(config.compute.cpu_isa)  # the shipped run's floor, before torch loads
+        isa.apply(config.compute.cpu_isa, config.compute.numerics)  # before torch loads
         from reprodqn.config.params import load_params
 
         evaluation = load_params(
@@ -190,10 +190,10 @@ def _apply_bundle_isa(directory: Path) -> None:
     from reprodqn.determinism import isa
 
     try:
-        floor = load_params(Path(directory) / "params.yaml").compute.cpu_isa
+        compute = load_params(Path(directory) / "params.yaml").compute
     except (InputError, OSError):
         return
-    isa.apply(floor)
+    isa.apply(compute.cpu_isa, compute.numerics)
 
 
 def cmd_gpu_check(args) -> int:

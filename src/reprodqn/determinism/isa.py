@@ -89,13 +89,18 @@ def environment_as_started() -> dict[str, str]:
     return environment
 
 
-def apply(floor: str) -> dict[str, str | None]:
+def apply(floor: str, numerics: str = "standard") -> dict[str, str | None]:
     """Set the floor's knobs and cuBLAS's deterministic workspace in this process's
     environment (inherited by every worker), after checking the CPU reaches the floor and
-    torch has not yet read the knobs."""
+    torch has not yet read the knobs. In the universal numerics an x86-64 floor on another
+    CPU is this machine's own: the floor pins torch's kernels, which compute no bit of a
+    universal run, so a universal study's params run on an ARM machine as they are."""
     import platform
 
-    if floor != "native" and platform.machine() not in ("x86_64", "AMD64"):
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    if floor != "native" and not x86 and numerics == "universal":
+        floor = "native"
+    if floor != "native" and not x86:
         raise InputError(
             f"compute.cpu_isa: {floor} is an x86-64 floor; this machine is "
             f"{platform.machine()} (use native)"

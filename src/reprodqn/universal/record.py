@@ -18,6 +18,11 @@ def set_up(numerics: str) -> None:
     _SET_UP[:] = [numerics]
 
 
+def forget() -> None:
+    """As if the process had not been set up (a test run's next test, in pytest's process)."""
+    _SET_UP.clear()
+
+
 def universal_record(numerics: str) -> dict[str, str]:
     """{'numerics': 'universal', 'numerics_spec': version} in the universal mode; {} else."""
     if numerics != "universal":
