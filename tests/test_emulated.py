@@ -116,18 +116,19 @@ def test_the_integer_resize_gives_x86s_opencv_bytes_on_an_emulated_aarch64(tmp_p
 )
 def test_the_universal_smoke_reference_replicates_on_an_emulated_aarch64(tmp_path):
     """reference/smoke, made on x86-64 under the lock's torch, spot-checked on qemu's
-    aarch64 under torch 2.9.1 (`verify --reference --rerun`) up to the first checkpoint
-    with updates (1,000 of them), as a reader with an ARM laptop would check it. Its time
-    goes to tools/emulated/README.md."""
+    aarch64 under torch 2.9.1 (`verify --reference --rerun`) up to the first process
+    record with updates (62 of them, at step 1,250; qemu runs about 0.3 agent steps a
+    second once updates start), as a reader with an ARM laptop would check it. Its time is
+    in tools/emulated/README.md."""
     import time
 
     command = ["bash", str(RUN), "aarch64", str(ARM64_ROOT), "--", "python", "-m",
                "reprodqn.cli", "verify", "--reference", str(ROOT / "reference" / "smoke"),
-               "--rerun", "deterministic/0", "--until", "2000",
+               "--rerun", "deterministic/0", "--until", "1250",
                "--scratch", str(tmp_path / "rerun")]  # fmt: skip
     began = time.monotonic()
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=5400)
     said = result.stdout + result.stderr
     assert result.returncode == 0, said[-3000:]
     assert "identical" in said
-    print(f"aarch64 spot-check of reference/smoke to step 2000: {time.monotonic() - began:.0f} s")
+    print(f"aarch64 spot-check of reference/smoke to step 1250: {time.monotonic() - began:.0f} s")

@@ -68,7 +68,7 @@ def use_deterministic_algorithms(mode: bool) -> None:
     reads TORCHINDUCTOR_DETERMINISTIC when a script first compiles, so it is set there."""
     os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1" if mode else "0"
     inductor = sys.modules.get("torch._inductor.config")
-    if inductor is not None:
+    if inductor is not None and hasattr(inductor, "deterministic"):  # not in torch 2.9's
         inductor.deterministic = mode  # type: ignore[attr-defined]
     torch._C._set_deterministic_algorithms(mode, warn_only=False)
 
