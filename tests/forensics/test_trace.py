@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from reprodqn.config.params import resolve_run
 from reprodqn.core.errors import InputError
@@ -67,6 +68,51 @@ def test_tracing_observes_and_never_changes_the_run(config, tmp_path):
     assert traced.updates == plain.updates == 10
     a, b = traced.agent.tensors(), plain.agent.tensors()
     assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+
+
+def test_a_universal_trace_records_what_the_kernels_produce(tiny_params, tmp_path):
+    """The universal kernels run outside torch's dispatch: the trace records their results
+    (each module's output, each weight gradient, each stepped parameter and buffer), the
+    same at 1 and 2 threads."""
+    universal = resolve_run(tiny_params(), "deterministic", 0)  # the default numerics
+    assert universal.compute.numerics == "universal"
+    _trace(universal, tmp_path / "a.jsonl", updates=3)
+    two_threads = resolve_run(tiny_params("compute.threads=2"), "deterministic", 0)
+    _trace(two_threads, tmp_path / "b.jsonl", updates=3)
+    assert trace_diff.compare(tmp_path / "a.jsonl", tmp_path / "b.jsonl")["first"] is None
+    ops = _updates(tmp_path / "a.jsonl")[0]["ops"]
+    grads = [op[3] for op in ops if op[1] == "universal.grad"]
+    steps = [op[3] for op in ops if op[1] == "universal.step"]
+    assert len(grads) == 8 and sorted(grads) == sorted(steps)  # 4 layers' weights and biases
+    assert grads[0].startswith("online.layers.") and grads[-1] == "online.layers.0.bias"
+    forwards = {(op[1], op[3]) for op in ops if op[2] == "forward"}
+    assert {("universal.Conv2d.forward", "online.layers.0"), ("universal.QNetwork.forward",
+            "target")} <= forwards  # fmt: skip
+
+
+def test_a_universal_kernel_that_parts_is_named_at_its_own_op(tiny_params, tmp_path, monkeypatch):
+    """A step nudged by one ulp in the first weight is named at that step, before any later
+    forward reads the weight."""
+    from reprodqn.determinism import numerics
+    from reprodqn.universal import optim
+
+    config = resolve_run(tiny_params(), "deterministic", 0)
+    device, _ = numerics.configure("cpu", 1, True)
+    plain = Run(config, tmp_path / "plain", device)
+    trace.record(plain, 2, tmp_path / "plain.jsonl", {})
+    update = optim.RMSprop._update
+
+    def nudged(self, group, param, state):
+        update(self, group, param, state)
+        if param is self.param_groups[0]["params"][0]:
+            flat = param.detach().view(-1)
+            flat[0] = torch.nextafter(flat[0], flat[0] + 1)
+
+    monkeypatch.setattr(optim.RMSprop, "_update", nudged)
+    trace.record(Run(config, tmp_path / "nudged", device), 2, tmp_path / "nudged.jsonl", {})
+    a, b = (_updates(tmp_path / f"{name}.jsonl")[0]["ops"] for name in ("plain", "nudged"))
+    first = next(x for x, y in zip(a, b, strict=True) if x != y)
+    assert first[1:4] == ["universal.step", "optimizer", "online.layers.0.weight"]
 
 
 def test_a_window_from_a_resume_point_continues_the_trace_from_scratch(config, tmp_path):

@@ -6,6 +6,12 @@ executed (acting forwards, the update's forward, backward and optimizer step, th
 copy) a SHA-256 of each tensor it produced, keyed by op index, op name, phase and module
 path. `trace_diff` compares two such files.
 
+In the universal numerics the arithmetic runs in reprodqn's kernels, outside torch's
+dispatch, where the op stream shows only views and copies; there the trace also records
+what the kernels produce, as ops named `universal.*`: every module's output (acting and the
+TD target included), every weight gradient as it is accumulated, and each parameter and
+optimizer buffer after the step.
+
 A dispatch mode of our own rather than torch.utils._debug_mode.DebugMode: that one is
 private API and hashes a tensor as its L1 norm or an order-blind XOR sum, where a
 replication check needs the bytes. Module paths come from the public ModuleTracker.
@@ -69,9 +75,12 @@ class OpRecorder(TorchDispatchMode):
         self.tensor_names: dict[int, str] = {}  # data_ptr -> parameter or state name
         self.last_name = ""
         self.ops: list[list] = []
+        self.hashing = False  # the hashing of `note` is not the run's: never recorded
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if self.hashing:
+            return out
         name = str(func)
         if UNINITIALISED not in name and not name.startswith("profiler."):
             hashes = [
@@ -80,6 +89,18 @@ class OpRecorder(TorchDispatchMode):
             ]
             self.ops.append([len(self.ops), name, self.current_phase(), self.module(args), hashes])
         return out
+
+    def note(self, name: str, module: str, produced, phase: str | None = None) -> None:
+        """A record of what a universal kernel produced, in the ops' order and format."""
+        self.hashing = True
+        try:
+            hashes = [
+                tensor_hash(t) if isinstance(t, torch.Tensor) else None
+                for t in tree_flatten(produced)[0]
+            ]
+        finally:
+            self.hashing = False
+        self.ops.append([len(self.ops), name, phase or self.current_phase(), module, hashes])
 
     def current_phase(self) -> str:
         if self.phase:
@@ -167,11 +188,42 @@ class Window:
         agent.optimizer.one_pass = False
 
 
+def tap_universal_kernels(agent, recorder: OpRecorder) -> None:
+    """Records of the universal kernels' results, which torch's dispatch does not see: each
+    module's output, each weight gradient once accumulated, and after the optimizer step
+    each stepped parameter with its buffers."""
+    nets = {"online": agent.online, "target": agent.target}
+    for prefix, net in nets.items():
+        for name, module in net.named_modules():
+            path = f"{prefix}.{name}" if name else prefix
+            kind = f"universal.{type(module).__name__}.forward"
+            module.register_forward_hook(
+                lambda _, __, out, kind=kind, path=path: recorder.note(kind, path, out)
+            )
+        for name, param in net.named_parameters():
+            if not param.requires_grad:  # the target network's: never stepped
+                continue
+            param.register_post_accumulate_grad_hook(
+                lambda p, path=f"{prefix}.{name}": recorder.note("universal.grad", path, p.grad)
+            )
+    stepped = [(f"online.{name}", p) for name, p in agent.online.named_parameters()]
+
+    def after_step(*_):
+        for path, param in stepped:
+            state = agent.optimizer.state.get(param, {})
+            buffers = [state[key] for key in sorted(state) if isinstance(state[key], torch.Tensor)]
+            recorder.note("universal.step", path, [param, *buffers], phase="optimizer")
+
+    agent.optimizer.register_step_post_hook(after_step)
+
+
 def record(run, updates: int, out: Path, header: dict, progress=None) -> dict:
     """Advance `run` through `updates` updates, writing one trace line per update."""
     tracker = NamedModuleTracker({"online": run.agent.online, "target": run.agent.target})
     recorder = OpRecorder(tracker)
     window = Window(run, recorder)
+    if run.config.compute.numerics == "universal":
+        tap_universal_kernels(run.agent, recorder)
     done, ops, start = 0, 0, time.perf_counter()
     with atomic_open(out, "w") as handle, tracker, recorder:
         handle.write(json.dumps({**header, "format": FORMAT}, sort_keys=True) + "\n")
