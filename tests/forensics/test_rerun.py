@@ -53,7 +53,10 @@ def test_spot_check_from_scratch_matches_the_shipped_prefix(shipped, tmp_path, c
     result = _spot_check(root, 400, tmp_path / "rerun")
     assert result["identical"] and result["from_step"] == 0
     assert result["records_compared"] == 3 + 4  # checkpoints 0-400, process 100-400
-    assert "identical" in verify.spot_check_summary(result)
+    said = verify.spot_check_summary(result).splitlines()
+    assert "identical" in said[0]
+    # and where the run replicates, from the conditions it recorded (the default numerics)
+    assert said[-1].startswith("This run's results are in the universal numerics, one chain")
     # its progress is a training run's: no ETA promised from the replay-filling rate
     progress = capsys.readouterr().err
     assert "verify --rerun deterministic/0: 0/400 steps (0.0%), filling replay" in progress

@@ -332,7 +332,11 @@ def _spot_check(
     theirs_path = reference_run / workspace.CONDITIONS
     theirs = read_json(theirs_path, "conditions record") if theirs_path.exists() else ours
     result.update(
-        run=f"{group}/{run}", until=until, from_step=start, **conditions_differing(ours, theirs)
+        run=f"{group}/{run}",
+        until=until,
+        from_step=start,
+        run_replicates=where_it_replicates([theirs], "This run's results"),
+        **conditions_differing(ours, theirs),
     )
     return result
 
@@ -368,4 +372,5 @@ def spot_check_summary(result: dict) -> str:
             *_isa_line(result),
             EDITED if edited else NEXT,
         ]
-    return "\n".join(lines + _besides(result, all_conditions=False))
+    lines += _besides(result, all_conditions=False)
+    return "\n".join(lines + ([result["run_replicates"]] if "run_replicates" in result else []))
