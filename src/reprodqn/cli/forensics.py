@@ -315,9 +315,8 @@ def _add_verify_options(p) -> None:
 
 def _add_trace(sub) -> None:
     """Every op's output hashed over a window of updates, and two traces compared."""
-    p = _stage(
-        sub, "trace", "re-run N updates from a resume point, hashing every op's output", cmd_trace
-    )
+    what = "re-run N updates from a resume point, hashing every op's and universal kernel's output"
+    p = _stage(sub, "trace", what, cmd_trace)
     p.add_argument("--group", required=True, help="study group, e.g. deterministic")
     p.add_argument("--run", required=True, type=int, help="run index within the group")
     p.add_argument(
