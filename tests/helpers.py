@@ -5,6 +5,7 @@ overrides, synthetic studies). Fixtures live in conftest.py."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -91,6 +92,17 @@ def cli_env(**extra: str) -> dict:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(extra)
     return env
+
+
+def write_params(*args: str, env: dict | None = None, cwd: Path | None = None) -> None:
+    """`reprodqn params ARGS` in a subprocess, as a reader runs it; raises if it fails."""
+    subprocess.run(
+        [sys.executable, "-m", "reprodqn.cli", "params", *args],
+        check=True,
+        capture_output=True,
+        env=env or cli_env(),
+        cwd=cwd,
+    )
 
 
 def label(n: int) -> np.ndarray:

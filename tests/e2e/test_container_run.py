@@ -16,12 +16,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, cli_env
+from tests.helpers import ROOT, cli_env, write_params
 
 pytestmark = pytest.mark.container
 
@@ -73,22 +72,7 @@ def smoke(tmp_path_factory) -> dict[str, Path]:
     finish(make(log["inside"], "smoke-workspace", SMOKE=inside), log["inside"])
     params = str(inside / "params.yaml")
     left_out = f"study.left_out=[{','.join(LEFT_OUT)}]"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "reprodqn.cli",
-            "params",
-            "--params",
-            params,
-            "--set",
-            left_out,
-            "--out",
-            params,
-        ],
-        check=True,
-        env=cli_env(),
-    )
+    write_params("--params", params, "--set", left_out, "--out", params)
     for path in (inside, *inside.rglob("*")):
         os.lchown(path, *CALLER)
     finish(

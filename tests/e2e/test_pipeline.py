@@ -17,7 +17,7 @@ import yaml
 
 from reprodqn.config.study import GPU_ON_CPU
 from reprodqn.config.study import GROUP_NAMES as GROUPS
-from tests.helpers import ROOT, TINY_OVERLAY, cli_env
+from tests.helpers import ROOT, TINY_OVERLAY, cli_env, write_params
 
 TINY_STUDY = {
     **TINY_OVERLAY,
@@ -85,23 +85,10 @@ def fresh_clone(root: Path, study: dict) -> Path:
         shutil.copy(ROOT / "start_sequences" / name, root / "start_sequences" / name)
     overlay = root / "tiny.yaml"
     overlay.write_text(yaml.safe_dump(study))
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "reprodqn.cli",
-            "params",
-            "--params",
-            str(ROOT / "params.yaml"),
-            "--overlay",
-            str(overlay),
-            "--out",
-            str(root / "params.yaml"),
-        ],
-        check=True,
-        env=env(),
-        capture_output=True,
-    )
+    write_params(
+        "--params", str(ROOT / "params.yaml"), "--overlay", str(overlay),
+        "--out", str(root / "params.yaml"), env=env(),
+    )  # fmt: skip
     return root
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from reprodqn.core.digests import sha256_file
 from reprodqn.report.bundle import MANIFEST, manifest_text
-from tests.helpers import ROOT, cli_env
+from tests.helpers import ROOT, cli_env, write_params
 
 # each reference, and the step its spot check retrains to
 SPOT_CHECKS = {
@@ -88,23 +88,7 @@ def test_the_reference_was_made_with_todays_presets(reference, tmp_path, request
     expect_stale(request, reference)
     path, _ = reference
     fresh = tmp_path / "params.yaml"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "reprodqn.cli",
-            "params",
-            "--params",
-            "params.yaml",
-            *OVERLAYS[path.name],
-            "--out",
-            str(fresh),
-        ],
-        check=True,
-        capture_output=True,
-        env=cli_env(),
-        cwd=ROOT,
-    )
+    write_params("--params", "params.yaml", *OVERLAYS[path.name], "--out", str(fresh), cwd=ROOT)
     assert fresh.read_text() == (path / "params.yaml").read_text(), (
         f"{path}/params.yaml differs from today's presets: make {path.name}-reference"
     )

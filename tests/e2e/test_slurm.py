@@ -17,7 +17,7 @@ import yaml
 
 from reprodqn.config.study import GROUP_NAMES as GROUPS
 from reprodqn.core.errors import InputError
-from tests.helpers import PARAMS, TINY, TINY_OVERLAY, cli_env
+from tests.helpers import PARAMS, TINY, TINY_OVERLAY, cli_env, write_params
 
 pytestmark = pytest.mark.slurm
 
@@ -44,23 +44,8 @@ def env() -> dict:
 def workspace(root: Path, overlay: dict, launcher: dict | None = None) -> Path:
     root.mkdir(parents=True)
     (root / "overlay.yaml").write_text(yaml.safe_dump(overlay))
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "reprodqn.cli",
-            "params",
-            "--params",
-            str(PARAMS),
-            "--overlay",
-            str(root / "overlay.yaml"),
-            "--out",
-            str(root / "params.yaml"),
-        ],
-        check=True,
-        capture_output=True,
-        env=env(),
-    )
+    overlay_file, out = str(root / "overlay.yaml"), str(root / "params.yaml")
+    write_params("--params", str(PARAMS), "--overlay", overlay_file, "--out", out, env=env())
     if launcher is not None:
         (root / "launcher.yaml").write_text(yaml.safe_dump(launcher))
     return root
