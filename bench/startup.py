@@ -2,7 +2,7 @@
 fresh run folder, beyond torch's own import, each in a fresh process as a script runs.
 
 The first process starts with an empty SBOM cache, so it makes the environment's SBOM
-(cyclonedx: 10-20 s); every later one links the kept file. Prints each process's seconds
+(cyclonedx: 2-3 s); every later one links the kept file. Prints each process's seconds
 (torch's import, setup(), start_run(), the two together) and the first's total over the
 second's. `--keep-cache` uses the user's cache instead (then the first links too).
 

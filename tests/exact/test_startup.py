@@ -14,7 +14,7 @@ import torch
 
 from reprodqn import exact
 from reprodqn.determinism import run_folder, sbom
-from tests.helpers import cli_env
+from tests.helpers import ROOT, cli_env
 
 
 @pytest.fixture
@@ -87,3 +87,37 @@ def test_setup_makes_torch_deterministic_without_importing_its_compiler():
         [sys.executable, "-c", check], env=cli_env(), capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_universal_run_imports_neither_torchs_compiler_nor_sympy(tmp_path):
+    """A universal run builds its network without torch's skip_init (whose move off the
+    meta device imports sympy, 0.8 s) and its optimizer's state_dict, load_state_dict,
+    zero_grad and add_param_group skip torch's _disable_dynamo (which imports
+    torch._dynamo, 1.3 s, at the first call)."""
+    check = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "import torch\n"
+        "from reprodqn.config.params import load_params\n"
+        "from reprodqn.dqn.network import uninitialised\n"
+        "from reprodqn.universal import optim\n"
+        "from tests.helpers import PARAMS, TINY, train_tiny\n"
+        "train_tiny(load_params(PARAMS, [*TINY, 'train.steps=300']), Path(sys.argv[1]))\n"
+        "layer = uninitialised(torch.nn.Linear, 2, 2)\n"
+        "for kind in (optim.RMSprop, optim.CenteredRMSprop):\n"
+        "    optimizer = kind(layer.parameters(), lr=0.1, alpha=0.9, eps=0.01)\n"
+        "    optimizer.zero_grad()\n"
+        "    optimizer.load_state_dict(optimizer.state_dict())\n"
+        "optimizer = optim.Adam(layer.parameters(), lr=0.1, betas=(0.9, 0.99), eps=0.01)\n"
+        "optimizer.load_state_dict(optimizer.state_dict())\n"
+        "print(sorted({'torch._dynamo', 'sympy'} & set(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check, str(tmp_path / "run")],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "[]"

@@ -10,8 +10,8 @@ vendor-independent branch (COMPATIBLE) ran 2.5x slower. oneDNN's kernels, pinned
 the portable floor, give the same bits on both vendors at the speed of MKL's fastest
 (docs/replication.md; bench/determinism_overhead.py). Elsewhere (CUDA) torch dispatches.
 
-Layers are built without initialisation (`skip_init`) and then initialised from the init
-stream alone, with PyTorch's default scheme: weights and biases uniform in
+Layers are built without initialisation (`uninitialised`) and then initialised from the
+init stream alone, with PyTorch's default scheme: weights and biases uniform in
 ±1/sqrt(fan_in) (what kaiming_uniform(a=sqrt(5)) gives, and what torch 0.3 used).
 
 With `numerics="universal"` every layer, the ReLUs and the input scaling are
@@ -27,7 +27,6 @@ from typing import cast
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.utils import skip_init
 
 from reprodqn.universal import api as universal_api
 from reprodqn.universal import host as universal_host
@@ -64,6 +63,16 @@ class OneDnnLinear(nn.Linear):
         return torch._C._nn.mkldnn_linear(x.to_mkldnn(), self.weight, self.bias).to_dense()
 
 
+def uninitialised(layer: type[nn.Module], *args: int) -> nn.Module:
+    """`layer(*args)` with empty parameters, no random draw made: torch's skip_init, whose
+    move off the meta device goes through torch's Python references and imports sympy
+    (0.8 s of every process that builds a network)."""
+    module = layer(*args, device="meta")
+    for name, meta in list(module.named_parameters(recurse=False)):
+        setattr(module, name, nn.Parameter(torch.empty(meta.shape, dtype=meta.dtype)))
+    return module
+
+
 # the layer kinds of each numerics mode: convolution, linear, activation
 LAYERS = {
     "standard": (OneDnnConv2d, OneDnnLinear, nn.ReLU),
@@ -73,7 +82,7 @@ LAYERS = {
 
 def _head(features: int, hidden: int, outputs: int, numerics: str) -> list[nn.Module]:
     _, linear, relu = LAYERS[numerics]
-    return [skip_init(linear, features, hidden), relu(), skip_init(linear, hidden, outputs)]
+    return [uninitialised(linear, features, hidden), relu(), uninitialised(linear, hidden, outputs)]
 
 
 class QNetwork(nn.Module):
@@ -95,7 +104,7 @@ class QNetwork(nn.Module):
         layers: list[nn.Module] = []
         channels, side = history_length, screen_size
         for out_channels, kernel, stride in convs:
-            layers += [skip_init(conv, channels, out_channels, kernel, stride), relu()]
+            layers += [uninitialised(conv, channels, out_channels, kernel, stride), relu()]
             channels, side = out_channels, (side - kernel) // stride + 1
         layers.append(nn.Flatten())
         features = channels * side * side

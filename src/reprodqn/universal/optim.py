@@ -24,10 +24,22 @@ def _flat(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().view(-1)
 
 
+def _without_dynamo(name: str):
+    """torch.optim.Optimizer's method without its torch._disable_dynamo wrapper, which
+    imports torch._dynamo (1.3 s of every run's start) to keep torch.compile out of it:
+    these optimizers' steps are numba's, never compiled."""
+    method = getattr(torch.optim.Optimizer, name)
+    return getattr(method, "__wrapped__", method)
+
+
 class _Universal(torch.optim.Optimizer):
     """Per parameter: a float32 step count and zeroed float32 buffers, then `_update`."""
 
     buffers: tuple[str, ...] = ()
+    add_param_group = _without_dynamo("add_param_group")
+    zero_grad = _without_dynamo("zero_grad")
+    state_dict = _without_dynamo("state_dict")
+    load_state_dict = _without_dynamo("load_state_dict")
 
     @torch.no_grad()
     @unwatched
