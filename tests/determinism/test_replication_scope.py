@@ -79,3 +79,27 @@ def test_a_bundles_runs_give_their_conditions_else_the_studys(tmp_path):
         path = tmp_path / "runs" / "deterministic" / str(run) / "conditions.json"
         path.write_text(json.dumps(UNIVERSAL))
     assert recorded_conditions(tmp_path) == [UNIVERSAL, UNIVERSAL]
+
+
+def test_verify_of_two_result_folders_says_where_the_references_results_replicate(tmp_path):
+    """`verify A B` of any script's result folders ends with the sentence for B's runs,
+    from the conditions.json each run folder holds."""
+    from reprodqn.forensics import chains
+    from tests.exact.test_api import _chain
+
+    for side in ("ours", "reference"):
+        for run in ("seed-0", "seed-1"):
+            _chain(tmp_path / side / run, [1.0, 2.0])
+    recorded = tmp_path / "reference" / "seed-0" / "conditions.json"
+    unknown = chains.summary(chains.compare(tmp_path / "ours", tmp_path / "reference"))
+    assert unknown.splitlines()[-1] == (
+        "Where the reference's results replicate is not known: no run recorded its conditions."
+    )
+    recorded.write_text(json.dumps(UNIVERSAL))
+    universal = chains.summary(chains.compare(tmp_path / "ours", tmp_path / "reference"))
+    assert universal.splitlines()[0].startswith("verify: identical")
+    assert universal.splitlines()[-1] == where_it_replicates([UNIVERSAL], "The reference's results")
+    assert UNIVERSAL_REACH in universal.splitlines()[-1]
+    (tmp_path / "reference" / "seed-1" / "conditions.json").write_text(json.dumps(STANDARD))
+    mixed = chains.summary(chains.compare(tmp_path / "ours", tmp_path / "reference"))
+    assert mixed.splitlines()[-1].startswith("The reference's results mix the two numerics.")

@@ -35,6 +35,12 @@ def recorded_conditions(root: Path) -> list[dict]:
     return [record for record in records if record]
 
 
+def folder_conditions(folders: Iterable[Path]) -> list[dict]:
+    """Each result folder's own conditions.json (a reprodqn.exact script's run, a study's
+    run); a folder without one is left out."""
+    return [record for folder in folders if (record := _json(Path(folder) / workspace.CONDITIONS))]
+
+
 def where_it_replicates(records: Iterable[dict | None], subject: str = "Its results") -> str:
     """The sentence, for runs whose conditions are `records` (a None is a run that recorded
     none, left out); `subject` names them ("This bundle's results")."""

@@ -20,6 +20,7 @@ from reprodqn.core.digests import sha256_file
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
 from reprodqn.determinism.provenance import differing_values, fingerprint_fields
+from reprodqn.determinism.replication_scope import folder_conditions, where_it_replicates
 from reprodqn.forensics import uncompared
 from reprodqn.forensics.checkpoint_files import check_runs
 
@@ -144,6 +145,9 @@ def compare(ours: str | Path, reference: str | Path, until: int | None = None) -
             mine[described], theirs[described]
         ),
         "config_differing": config_differences(mine[described], theirs[described]),
+        "reference_replicates": where_it_replicates(
+            folder_conditions(theirs[name] for name in shared), "The reference's results"
+        ),
     }
 
 
@@ -194,9 +198,7 @@ def exit_code(result: dict) -> int:
 def refuse_itself(ours: Path, reference: Path) -> None:
     """A folder compared with itself is identical whatever it holds: say so instead."""
     if ours.resolve() == reference.resolve():
-        raise InputError(
-            f"{reference}: the same folder as {ours} (compare two copies of the results)"
-        )
+        raise InputError(f"{reference}: the same folder as {ours} (compare two copies of it)")
 
 
 def numeric_conditions_differing(ours: Path, theirs: Path) -> list[str]:
@@ -354,7 +356,7 @@ def summary(result: dict) -> str:
         if result[f"only_{side}"]:
             lines.append(f"only in {side}: {', '.join(result[f'only_{side}'])}")
     lines += uncompared.line(result.get("not_compared", []), bool(result.get("results_declared")))
-    return "\n".join(lines + differing_lines(result))
+    return "\n".join(lines + differing_lines(result) + [result["reference_replicates"]])
 
 
 def _through_words(result: dict) -> str:
