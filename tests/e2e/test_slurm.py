@@ -123,11 +123,11 @@ launch.check(executor.run([job], "preemption"), "preemption")
 
 
 def test_a_preempted_training_job_requeues_resumes_and_ends_bitwise_identical(tmp_path):
-    # long enough to be preempted mid-run; cpus_per_run=2 fills the node so `urgent` must
-    # preempt it
+    # long enough to be preempted mid-run (the preemption comes right after the first resume
+    # point, step 1,000); cpus_per_run=2 fills the node so `urgent` must preempt it
     overrides = [
         *TINY,
-        "train.steps=20000",
+        "train.steps=8000",
         "train.checkpoint_every=2000",
         "train.resume_every=1000",
         "train.log_every=500",

@@ -14,6 +14,7 @@ from pathlib import Path
 import submitit
 from pydantic import BaseModel, ConfigDict, Field
 
+from reprodqn.core import lifeline
 from reprodqn.core.errors import InputError
 from reprodqn.core.progress import format_duration
 from reprodqn.study.launch import Job, JobResult
@@ -81,6 +82,13 @@ class StudyJob(submitit.helpers.Checkpointable):
         os.environ.update(env)
         os.environ.update(scheduler)
         code = self.entry(list(argv))
+        if code == lifeline.TERMINATED_EXIT:
+            # stopped by Slurm (a preemption's requeue, a cancel): no result, as a kill leaves
+            # none; one written here was read as the job's failure before the requeued
+            # attempt could write its own
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
         if code != 0:
             raise RuntimeError(f"reprodqn {' '.join(argv[:5])} ... exited with code {code}")
         return code
