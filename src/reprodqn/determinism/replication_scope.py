@@ -31,8 +31,7 @@ def recorded_conditions(root: Path) -> list[dict]:
     one, the study's results/conditions.json (the conditions it was set up under)."""
     root = Path(root)
     paths = sorted((root / workspace.RUNS).glob(f"*/*/{workspace.CONDITIONS}"))
-    records = [_json(path) for path in paths or [workspace.conditions_path(root)]]
-    return [record for record in records if record]
+    return folder_conditions(path.parent for path in paths or [workspace.conditions_path(root)])
 
 
 def folder_conditions(folders: Iterable[Path]) -> list[dict]:
