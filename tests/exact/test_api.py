@@ -20,7 +20,7 @@ import reprodqn.envs  # noqa: F401  (registers the envs)
 from reprodqn import exact
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa
-from reprodqn.forensics import chains
+from reprodqn.forensics import chains, script_rerun
 from tests.helpers import cli_env
 
 
@@ -396,20 +396,20 @@ def test_a_rerun_writes_where_it_was_told_with_the_shells_cpu_knobs(tmp_path, mo
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # as verify's own floor sets it
     monkeypatch.setitem(isa.STARTED_WITH, "ONEDNN_MAX_CPU_ISA", None)
-    result = chains.rerun(run, 2, Path("scratch"))
+    result = script_rerun.rerun(run, 2, Path("scratch"))
     assert result["identical"] and result["records_compared"] == 3
     assert json.loads((elsewhere / "scratch" / "knob.json").read_text()) is None
     assert not result["script_differs"]
     (run / "config.json").write_text(
         json.dumps({"config": {}, "command": command, "script_sha256": "0" * 64})
     )
-    again = chains.rerun(run, 2, Path("again"))
+    again = script_rerun.rerun(run, 2, Path("again"))
     assert again["script_differs"] and "not the one that wrote the run" in (
-        chains.rerun_summary(again)
+        script_rerun.rerun_summary(again)
     )
     (elsewhere / "nowhere.py").write_text("import sys\n")  # ignores --out
     with pytest.raises(InputError, match=r"nowhere\.py wrote no chain"):
-        chains.rerun(run, 2, Path("third"), script=Path("nowhere.py"))
+        script_rerun.rerun(run, 2, Path("third"), script=Path("nowhere.py"))
 
 
 def test_result_logs_declared_to_the_chain_are_compared_by_verify(tmp_path):

@@ -16,7 +16,7 @@ import torch
 from reprodqn import exact
 from reprodqn.core import workspace
 from reprodqn.core.errors import InputError
-from reprodqn.forensics import chains, checkpoint_files, verify
+from reprodqn.forensics import chains, checkpoint_files, script_rerun, verify
 from tests.forensics.test_checkpoint_files import STUDY, with_checkpoints
 from tests.forensics.test_verify import make_workspace
 from tests.helpers import cli_env
@@ -153,8 +153,8 @@ def test_a_rerun_past_the_runs_end_names_where_both_stop(tmp_path):
     subprocess.run(train, cwd=tmp_path, env=cli_env(), check=True)
     command = {"script": "train.py", "arguments": ["--out", "runs/0"], "cwd": str(tmp_path)}
     (run / "config.json").write_text(json.dumps({"config": {}, "command": command}))
-    result = chains.rerun(run, 10000, tmp_path / "scratch")
-    assert chains.rerun_summary(result) == (
+    result = script_rerun.rerun(run, 10000, tmp_path / "scratch")
+    assert script_rerun.rerun_summary(result).splitlines()[0] == (
         f"verify: identical: {run} rerun here with --until 10000 is the same through step 3, "
         "the last checkpoint both have; 4 checkpoints match"
     )  # not "rerun here to step 10000"

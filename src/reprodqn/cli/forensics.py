@@ -145,7 +145,7 @@ def cmd_verify(args) -> int:
 def _verify_folders(args) -> int:
     """Two result folders of any training script that keeps reprodqn.exact's chain, or one
     such run rerun here to --until."""
-    from reprodqn.forensics import chains
+    from reprodqn.forensics import chains, script_rerun
 
     if args.reference is not None or args.rerun is not None or args.attest is not None:
         raise InputError("verify FOLDER...: result folders take no --reference, --rerun, --attest")
@@ -153,8 +153,8 @@ def _verify_folders(args) -> int:
         if getattr(args, option) is not None and (len(args.folders) != 1 or args.until is not None):
             raise InputError(f"verify --{option}: only with one unpacked bundle (verify BUNDLE)")
     if len(args.folders) == 1 and args.until is not None:
-        result = chains.rerun(args.folders[0], args.until, args.scratch, args.script)
-        print(chains.rerun_summary(result))
+        result = script_rerun.rerun(args.folders[0], args.until, args.scratch, args.script)
+        print(script_rerun.rerun_summary(result))
         return 0 if result["identical"] else 1
     if len(args.folders) == 1:
         return _verify_bundle(args.folders[0], args.signer, args.evaluate)
