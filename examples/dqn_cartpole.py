@@ -32,7 +32,6 @@ exact.cpu_floor("portable")  # exact: before torch (its kernels are chosen at th
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.nn.utils import skip_init  # noqa: E402
 
 NOT_CONFIG = ("out", "until")  # where the run goes and where this sitting stops
 
@@ -66,8 +65,9 @@ class QNetwork(nn.Sequential):
     (it draws from the global generator) and initialised from the init stream alone."""
 
     def __init__(self, n_obs: int, n_actions: int, hidden: int, generator: torch.Generator):
-        layers = [skip_init(nn.Linear, a, b) for a, b in ((n_obs, hidden), (hidden, hidden))]
-        layers.append(skip_init(nn.Linear, hidden, n_actions))
+        sizes = ((n_obs, hidden), (hidden, hidden))
+        layers = [exact.uninitialised(nn.Linear, a, b) for a, b in sizes]
+        layers.append(exact.uninitialised(nn.Linear, hidden, n_actions))
         super().__init__(layers[0], nn.ReLU(), layers[1], nn.ReLU(), layers[2])
         for layer in layers:
             nn.init.kaiming_uniform_(layer.weight, nonlinearity="relu", generator=generator)

@@ -42,7 +42,6 @@ exact.cpu_floor(FLOOR)  # exact: before torch (its kernels are chosen at the fir
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.nn.utils import skip_init  # noqa: E402
 
 from reprodqn.envs import env_id  # noqa: E402  (registers reprodqn/Breakout-v0, ...)
 
@@ -90,18 +89,18 @@ class ActorCritic(nn.Module):
         super().__init__()
         kind = universal if numerics == "universal" else nn
         self.torso = nn.Sequential(
-            skip_init(kind.Conv2d, 4, 32, 8, stride=4),
+            exact.uninitialised(kind.Conv2d, 4, 32, 8, stride=4),
             kind.ReLU(),
-            skip_init(kind.Conv2d, 32, 64, 4, stride=2),
+            exact.uninitialised(kind.Conv2d, 32, 64, 4, stride=2),
             kind.ReLU(),
-            skip_init(kind.Conv2d, 64, 64, 3, stride=1),
+            exact.uninitialised(kind.Conv2d, 64, 64, 3, stride=1),
             kind.ReLU(),
             nn.Flatten(),
-            skip_init(kind.Linear, 64 * 7 * 7, 512),
+            exact.uninitialised(kind.Linear, 64 * 7 * 7, 512),
             kind.ReLU(),
         )
-        self.policy = skip_init(kind.Linear, 512, n_actions)
-        self.value = skip_init(kind.Linear, 512, 1)
+        self.policy = exact.uninitialised(kind.Linear, 512, n_actions)
+        self.value = exact.uninitialised(kind.Linear, 512, 1)
         if numerics == "universal":
             universal.init_(self, generator)
             return

@@ -26,7 +26,6 @@ exact.cpu_floor("portable")  # exact: before torch (its kernels are chosen at th
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.nn.utils import skip_init  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,16 +48,16 @@ def make_model(config: dict, generator: torch.Generator) -> nn.Module:
     reprodqn's (it has no tanh: ReLU), initialised in its arithmetic."""
     if config["numerics"] == "universal":
         model = nn.Sequential(
-            skip_init(universal.Linear, 1, config["hidden"]),
+            exact.uninitialised(universal.Linear, 1, config["hidden"]),
             universal.ReLU(),
-            skip_init(universal.Linear, config["hidden"], 1),
+            exact.uninitialised(universal.Linear, config["hidden"], 1),
         )
         universal.init_(model, generator)  # exact
         return model
     model = nn.Sequential(
-        skip_init(nn.Linear, 1, config["hidden"]),
+        exact.uninitialised(nn.Linear, 1, config["hidden"]),
         nn.Tanh(),
-        skip_init(nn.Linear, config["hidden"], 1),
+        exact.uninitialised(nn.Linear, config["hidden"], 1),
     )
     for layer in (model[0], model[2]):
         bound = layer.in_features**-0.5

@@ -42,6 +42,7 @@ from reprodqn.core.entry import main
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import isa, log_lines
 from reprodqn.determinism.data_loader import ResumableLoader
+from reprodqn.determinism.global_generators import uninitialised
 from reprodqn.determinism.gym_state import GymEnv
 from reprodqn.universal import api as universal
 from reprodqn.universal.record import chain_marks, check_weights
@@ -64,6 +65,7 @@ __all__ = [
     "load_resume_point",
     "save_policy",
     "start_run",
+    "uninitialised",
     "main",
     "universal",
 ]

@@ -65,3 +65,24 @@ def test_a_draw_from_a_global_generator_is_refused_at_the_next_checkpoint(tmp_pa
     assert f"run: checkpoint at step 10: {named} drew (or was reseeded) since " in done.stderr
     assert "since run: checkpoint at step 0" in done.stderr
     assert steps == [0]  # refused before the checkpoint was written
+
+
+def test_a_layer_built_uninitialised_draws_nothing_and_keeps_its_shapes_and_buffers():
+    """exact.uninitialised: torch's skip_init without its sympy import; keyword arguments
+    reach the layer, buffers and frozen parameters keep what the layer gave them."""
+    import torch
+
+    from reprodqn import exact
+
+    before = torch.get_rng_state()
+    conv = exact.uninitialised(torch.nn.Conv2d, 4, 8, 3, stride=2, bias=False)
+    norm = exact.uninitialised(torch.nn.BatchNorm1d, 5)
+    assert torch.equal(torch.get_rng_state(), before)  # a default initialisation would draw
+    assert conv.stride == (2, 2) and conv.bias is None
+    assert conv.weight.shape == (8, 4, 3, 3) and conv.weight.device.type == "cpu"
+    assert conv.weight.requires_grad and isinstance(conv.weight, torch.nn.Parameter)
+    assert norm.running_mean.shape == (5,) and norm.running_mean.device.type == "cpu"
+    assert norm.num_batches_tracked.dtype == torch.long
+    assert "running_var" in dict(norm.named_buffers())  # still a buffer, in its state_dict
+    frozen = exact.uninitialised(torch.nn.Embedding, 3, 2, _freeze=True)
+    assert not frozen.weight.requires_grad

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from reprodqn.determinism.global_generators import uninitialised
 from reprodqn.universal import api as universal_api
 from reprodqn.universal import host as universal_host
 from reprodqn.universal import layers as universal
@@ -61,16 +62,6 @@ class OneDnnLinear(nn.Linear):
         if x.device.type != "cpu":
             return super().forward(x)
         return torch._C._nn.mkldnn_linear(x.to_mkldnn(), self.weight, self.bias).to_dense()
-
-
-def uninitialised(layer: type[nn.Module], *args: int) -> nn.Module:
-    """`layer(*args)` with empty parameters, no random draw made: torch's skip_init, whose
-    move off the meta device goes through torch's Python references and imports sympy
-    (0.8 s of every process that builds a network)."""
-    module = layer(*args, device="meta")
-    for name, meta in list(module.named_parameters(recurse=False)):
-        setattr(module, name, nn.Parameter(torch.empty(meta.shape, dtype=meta.dtype)))
-    return module
 
 
 # the layer kinds of each numerics mode: convolution, linear, activation
