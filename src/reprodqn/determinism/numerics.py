@@ -61,16 +61,16 @@ def keep_freed_memory() -> dict:
     return {"malloc": "glibc", "mmap_threshold": MMAP_THRESHOLD, "trim_threshold": TRIM_THRESHOLD}
 
 
-def use_deterministic_algorithms(mode: bool) -> None:
-    """torch.use_deterministic_algorithms(mode), without importing torch._inductor where no
-    compile has loaded it yet: torch's function imports it (and torch._dynamo with it) only
+def use_deterministic_algorithms(mode: bool, warn_only: bool = False) -> None:
+    """torch.use_deterministic_algorithms(mode, warn_only), without importing torch._inductor
+    where no compile has loaded it yet: torch's function imports it (and torch._dynamo with it) only
     to set inductor's `deterministic` flag, 0.8-2.5 s at every start. That flag's config
     reads TORCHINDUCTOR_DETERMINISTIC when a script first compiles, so it is set there."""
     os.environ["TORCHINDUCTOR_DETERMINISTIC"] = "1" if mode else "0"
     inductor = sys.modules.get("torch._inductor.config")
     if inductor is not None and hasattr(inductor, "deterministic"):  # not in torch 2.9's
         inductor.deterministic = mode  # type: ignore[attr-defined]
-    torch._C._set_deterministic_algorithms(mode, warn_only=False)
+    torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
 
 
 def configure(

@@ -137,12 +137,12 @@ def audit(config, chunk: int, out: Path, scratch: Path) -> dict:
     Window(run, recorder)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        torch.use_deterministic_algorithms(True, warn_only=True)  # alerts become warnings
+        numerics.use_deterministic_algorithms(True, warn_only=True)  # alerts become warnings
         try:
             with tracker, recorder:
                 _exercise(run, recorder, chunk)
         finally:
-            torch.use_deterministic_algorithms(compute.deterministic_gpu)
+            numerics.use_deterministic_algorithms(compute.deterministic_gpu)
     after = _global_rng_states()
     ops = _op_table(recorder.ops)
     touched = sorted(name for name in before if before[name] != after[name])
