@@ -39,7 +39,7 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
         "--device",
         "cpu",
         "--steps",
-        "900",
+        "600",
         "--sharing",
         "2",
         "--set",
@@ -56,7 +56,7 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
     found = json.loads((out / "gpu-check.json").read_text())
     assert found["replicable"] and found["deterministic"] == {"weights": None, "losses": None}
     # updates start at step 300: the gpu group's chains part at the first checkpoint after
-    assert found["gpu_group"] == {"weights": 600, "losses": 600}
+    assert found["gpu_group"] == {"weights": 400, "losses": 400}
     # op by op they part in update 1, the first: the emulation's row order is drawn anew
     parting = found["gpu_group_ops"]["first"]
     assert parting["update"] == 1 and parting["what"] == "op output"
@@ -70,7 +70,7 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
     assert set(found["sharing"]) == {"standard", "fast"}
     for by_k in found["sharing"].values():
         assert set(by_k) == {"2"}
-        # epsilon anneals by step 600 of 900: the last records are timed after annealing
+        # epsilon anneals by step 500 of 600: the last records are timed after annealing
         assert all(rate > 0 for rate in by_k["2"]["annealed_per_run"])
         assert by_k["2"]["annealed"] == pytest.approx(sum(by_k["2"]["annealed_per_run"]))
     assert found["sharing_parted"] == {}  # four more runs of the pair's seeds: its chain
@@ -83,7 +83,7 @@ def test_rehearsed_on_the_cpu_it_runs_every_check(tmp_path):
     assert "blocking sync: no CUDA driver" in (out / "train.log").read_text()
     assert "nondeterminism by design: none" in found["audit"]
     report = (out / "gpu-check.md").read_text()
-    assert "**one hash chain**" in report and "they part: weights at checkpoint step 600" in report
+    assert "**one hash chain**" in report and "they part: weights at checkpoint step 400" in report
     assert "Op by op, over their first 20 updates: first difference: update 1 (" in report
     assert (
         "outside any module, a minibatch array entering torch (its rows or their order)" in report
