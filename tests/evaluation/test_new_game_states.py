@@ -104,6 +104,19 @@ def test_the_games_file_is_what_its_training_and_evaluation_play(workspaces, mon
     assert start_states.check_before_training(params.evaluation, [config]) == []  # no no-ops
     *_, used = protocol_episodes(config, params.evaluation, None)
     assert used["file"] == f"start_sequences/{GAME}.json" and used["count"] == 4
+    # the gym env made in the workspace plays it too, with no word of no-op starts
+    import warnings
+
+    import gymnasium as gym
+
+    from reprodqn import envs
+
+    monkeypatch.setattr(envs.atari, "_NOOP_STARTS_SAID", set())
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        env = gym.make(envs.env_id(GAME), mode="eval")
+    assert not [w for w in said if "start states" in str(w.message)]
+    assert env.unwrapped.start_sequences == f"start_sequences/{GAME}.json"
 
 
 def test_a_finished_ranker_is_replaced_only_with_restart(workspaces, tmp_path):

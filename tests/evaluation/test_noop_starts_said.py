@@ -40,9 +40,10 @@ def test_the_eval_env_warns_once_where_no_start_states_are_its_default(monkeypat
         gym.make(envs.env_id("seaquest"), mode="train")  # no-op starts are training's own
     (warning,) = [w for w in said if "start states" in str(w.message)]
     assert str(warning.message).startswith(
-        "reprodqn/Seaquest-v0: the package has no start states for seaquest, so each eval "
-        "episode starts at the reset screen after 1..30 no-ops from its own seed: not the "
-        "paper's protocol"
+        "reprodqn/Seaquest-v0: neither the package nor this directory has start states for "
+        "seaquest (start_sequences/seaquest.json, which `reprodqn select --set "
+        "env.game=seaquest` writes), so each eval episode starts at the reset screen after "
+        "1..30 no-ops from its own seed: not the paper's protocol"
     )
 
 

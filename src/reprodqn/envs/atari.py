@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from reprodqn.config import sources
 from reprodqn.config.games import display_name, rom_ids
 from reprodqn.config.params import EnvConfig, EvaluationConfig
-from reprodqn.core import packaged
+from reprodqn.core import packaged, workspace
 from reprodqn.core.errors import InputError
 from reprodqn.determinism.rng import FAMILIES, GAME_STREAMS, Streams
 from reprodqn.evaluation import start_states
@@ -291,15 +291,18 @@ _NOOP_STARTS_SAID: set[str] = set()
 
 
 def _say_noop_starts(game: str, noop_max: int) -> None:
-    """An eval env of a game the package has no start states for plays no-op starts: a
-    warning, once (a vector env's N copies would say it N times)."""
+    """An eval env of a game with no start states, neither the package's nor this
+    directory's, plays no-op starts: a warning, once (a vector env's N copies would say it
+    N times)."""
     if game in _NOOP_STARTS_SAID:
         return
     _NOOP_STARTS_SAID.add(game)
     warnings.warn(
-        f"{env_id(game)}: the package has no start states for {game}, so each eval episode "
-        f"starts at the reset screen after 1..{noop_max} no-ops from its own seed: not the "
-        "paper's protocol (start_sequences='none' chooses this without the warning)",
+        f"{env_id(game)}: neither the package nor this directory has start states for "
+        f"{game} ({workspace.game_start_sequences(game).as_posix()}, which `reprodqn select "
+        f"--set env.game={game}` writes), so each eval episode starts at the reset screen "
+        f"after 1..{noop_max} no-ops from its own seed: not the paper's protocol "
+        "(start_sequences='none' chooses this without the warning)",
         stacklevel=4,
     )
 
