@@ -108,18 +108,10 @@ def test_verify_of_two_result_folders_says_where_the_references_results_replicat
 def test_verify_of_one_run_rerun_here_says_where_that_runs_results_replicate(tmp_path):
     """`verify RUN --until STEP` (a script's run rerun here) ends with the sentence for
     that run, from its own conditions.json."""
-    import subprocess
-    import sys
-
     from reprodqn.forensics import script_rerun
-    from tests.exact.test_api import SCRIPT
-    from tests.helpers import cli_env
+    from tests.exact.test_api import SCRIPT, script_run
 
-    (tmp_path / "train.py").write_text(SCRIPT)
-    run = tmp_path / "runs" / "0"
-    subprocess.run([sys.executable, "train.py", "--out", "runs/0"], cwd=tmp_path, env=cli_env())
-    command = {"script": "train.py", "arguments": ["--out", "runs/0"], "cwd": str(tmp_path)}
-    (run / "config.json").write_text(json.dumps({"config": {}, "command": command}))
+    run, _ = script_run(tmp_path, SCRIPT)
     unknown = script_rerun.rerun_summary(script_rerun.rerun(run, 2, tmp_path / "a"))
     assert unknown.splitlines()[0].startswith("verify: identical")
     assert unknown.splitlines()[-1] == (

@@ -378,17 +378,24 @@ for step in range(args.until + 1):
 """
 
 
+def script_run(study: Path, script: str, env: dict | None = None) -> tuple[Path, dict]:
+    """`script` as study/train.py, run once into runs/0, with the command exact.start_run
+    would record in its config.json: the run folder and that command."""
+    study.mkdir(exist_ok=True)
+    (study / "train.py").write_text(script)
+    argv = [sys.executable, "train.py", "--out", "runs/0"]
+    subprocess.run(argv, cwd=study, env=env or cli_env(), check=True)
+    command = {"script": "train.py", "arguments": ["--out", "runs/0"], "cwd": str(study)}
+    run = study / "runs" / "0"
+    (run / "config.json").write_text(json.dumps({"config": {}, "command": command}))
+    return run, command
+
+
 def test_a_rerun_writes_where_it_was_told_with_the_shells_cpu_knobs(tmp_path, monkeypatch):
     """A relative --scratch is this directory's, not the script's recorded one; the
     script gets the user's environment, not the floor verify applied for itself."""
-    study = tmp_path / "study"
-    study.mkdir()
-    (study / "train.py").write_text(SCRIPT)
-    run = study / "runs" / "0"
     env = {k: v for k, v in cli_env().items() if k != "ONEDNN_MAX_CPU_ISA"}
-    subprocess.run([sys.executable, "train.py", "--out", "runs/0"], cwd=study, env=env, check=True)
-    command = {"script": "train.py", "arguments": ["--out", "runs/0"], "cwd": str(study)}
-    (run / "config.json").write_text(json.dumps({"config": {}, "command": command}))
+    run, command = script_run(tmp_path / "study", SCRIPT, env)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)

@@ -7,8 +7,6 @@ says what --scratch is for."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -19,7 +17,6 @@ from reprodqn.core.errors import InputError
 from reprodqn.forensics import chains, checkpoint_files, script_rerun, verify
 from tests.forensics.test_checkpoint_files import STUDY, with_checkpoints
 from tests.forensics.test_verify import make_workspace
-from tests.helpers import cli_env
 
 
 def _run(folder, losses, steps=(0, 1500, 3000), config=None):
@@ -147,12 +144,9 @@ for step in range(min(args.until, 3) + 1):  # the run's own end: step 3
 
 
 def test_a_rerun_past_the_runs_end_names_where_both_stop(tmp_path):
-    (tmp_path / "train.py").write_text(STOPS_AT_3)
-    run = tmp_path / "runs" / "0"
-    train = [sys.executable, "train.py", "--out", "runs/0"]
-    subprocess.run(train, cwd=tmp_path, env=cli_env(), check=True)
-    command = {"script": "train.py", "arguments": ["--out", "runs/0"], "cwd": str(tmp_path)}
-    (run / "config.json").write_text(json.dumps({"config": {}, "command": command}))
+    from tests.exact.test_api import script_run
+
+    run, _ = script_run(tmp_path, STOPS_AT_3)
     result = script_rerun.rerun(run, 10000, tmp_path / "scratch")
     assert script_rerun.rerun_summary(result).splitlines()[0] == (
         f"verify: identical: {run} rerun here with --until 10000 is the same through step 3, "
