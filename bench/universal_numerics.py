@@ -11,10 +11,11 @@ against cuDNN and cuBLAS), the evaluation forward synchronised. Both modes take 
 resize (env.resize linear: OpenCV's in the standard mode, reprodqn's integer one in the
 universal mode, as a run gets it). `--preset authors-2018` benches the laptop study's
 agent (the NIPS network, an update every 2 steps, the float64 target) instead of
-params.yaml's.
+params.yaml's. `--threads 2` runs each training process at compute.threads 2 (the
+forwards stay at 1 thread).
 
     .venv/bin/python bench/universal_numerics.py [--rounds 2] [--steps 2400] [--contended]
-        [--preset authors-2018]
+        [--preset authors-2018] [--threads 2]
 """
 
 from __future__ import annotations
@@ -46,9 +47,12 @@ def preset_params(preset: str, folder: str) -> Path:
     return out
 
 
-def loop_rate(mode: str, steps: int, device: str = "cpu", params: Path = PARAMS) -> float:
+def loop_rate(
+    mode: str, steps: int, device: str = "cpu", params: Path = PARAMS, threads: int = 1
+) -> float:
     """Median agent steps/s of one run's log records after annealing."""
     overrides = [
+        f"compute.threads={threads}",
         f"compute.device={device}",
         "env.resize=linear",
         "replay.learning_starts=400",
@@ -141,6 +145,7 @@ def main() -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--contended", action="store_true", help="beside a busy process per core")
     parser.add_argument("--preset", help="a preset over params.yaml (e.g. authors-2018)")
+    parser.add_argument("--threads", type=int, default=1, help="compute.threads of each run")
     args = parser.parse_args()
     folder = tempfile.mkdtemp()
     params = preset_params(args.preset, folder) if args.preset else PARAMS
@@ -149,7 +154,7 @@ def main() -> None:
     with busy_cores(args.contended):
         for round_ in range(args.rounds):
             for mode in MODES if round_ % 2 == 0 else reversed(MODES):
-                rates[mode].append(loop_rate(mode, args.steps, args.device, params))
+                rates[mode].append(loop_rate(mode, args.steps, args.device, params, args.threads))
                 print(f"round {round_ + 1}: {mode} {rates[mode][-1]:.1f} agent steps/s", flush=True)
         from reprodqn.universal import cpu
 
@@ -164,7 +169,8 @@ def main() -> None:
     standard, universal = (statistics.median(rates[m]) for m in MODES)
     print(
         f"training loop after annealing: standard {standard:.1f}, universal {universal:.1f} "
-        f"agent steps/s (1 thread, {args.device}, {state}, {args.preset or 'params.yaml'})"
+        f"agent steps/s ({args.threads} thread(s) per run, {args.device}, {state}, "
+        f"{args.preset or 'params.yaml'})"
     )
     print(f"ratio {universal / standard:.2f}")
 
