@@ -3,9 +3,17 @@ the constants and builders tests import)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.helpers import PARAMS, TINY
+
+# Two test workers share two cores, so a run at compute.threads=2 always has a busy core
+# beside it: OpenMP's threads spinning at each barrier (libgomp's default) made those runs
+# 3x slower, and burnt CPU the other worker needed. Passive waiting changes no bit (threads
+# split outputs, never a sum); set before any worker or subprocess loads libgomp.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture
