@@ -50,7 +50,11 @@ def test_stages_declare_the_params_sections_they_read():
     assert "results/conditions.json" not in stages["train"]["deps"]  # only what changes numbers
     assert stages["train"]["outs"] == [{"runs": {"cache": False, "persist": True}}]
     assert stages["conditions"]["always_changed"] is True
-    assert "${evaluation.start_sequences}" in stages["evaluate"]["deps"]
+    # what evaluation plays, by content (the file follows env.game), re-read every repro;
+    # the named file stays a dep, so the select stage runs first when it is played
+    assert "results/evaluation_states.json" in stages["evaluate"]["deps"]
+    assert stages["evaluation_states"]["always_changed"] is True
+    assert "${evaluation.start_sequences}" in stages["evaluation_states"]["deps"]
     assert Path(ROOT / ".dvcignore").read_text().count("__pycache__") == 1
 
 

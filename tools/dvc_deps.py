@@ -19,6 +19,7 @@ STAGE_HANDLERS = {
     "ranker": ["cmd_ranker"],
     "select": ["cmd_select"],
     "train": ["cmd_study", "cmd_train"],
+    "evaluation_states": ["cmd_which"],
     "evaluate": ["cmd_study", "cmd_evaluate"],
     "report": ["cmd_report"],
 }

@@ -33,6 +33,10 @@ TINY_STUDY = {
 }
 
 
+# the stages re-read at every repro: the machine, and what evaluation plays
+ALWAYS_READ = {"conditions", "evaluation_states"}
+
+
 def env() -> dict:
     e = cli_env(DVC_NO_ANALYTICS="1", REPRODQN_WORKERS="2")
     e.pop("MLFLOW_TRACKING_URI", None)
@@ -113,6 +117,7 @@ def test_with_the_authors_states_no_start_state_stage_runs(tmp_path):
     to_run = json.loads(dvc(root, "status", "--json", "report", "--with-deps").stdout)
     assert {name.split(":")[-1] for name in to_run} == {
         "conditions",
+        "evaluation_states",
         "audit",
         "train",
         "evaluate",
@@ -120,6 +125,34 @@ def test_with_the_authors_states_no_start_state_stage_runs(tmp_path):
     }
     everything = json.loads(dvc(root, "status", "--json").stdout)  # still there to run
     assert {"candidates", "ranker", "select"} <= {name.split(":")[-1] for name in everything}
+
+
+def test_evaluation_is_stale_when_what_it_plays_changes_with_no_param(tmp_path):
+    """Another game left at the default plays its own start_sequences/GAME.json: the
+    package's, until `reprodqn select` writes the workspace's. No param and no path in
+    dvc.yaml changes then, yet the evaluation is stale: evaluate depends on what is played,
+    by content (results/evaluation_states.json, re-read at every repro)."""
+    from reprodqn.core import packaged
+    from reprodqn.evaluation import start_states
+
+    study = {**TINY_STUDY, "env": {"game": "pong"}, "evaluation": {"episodes": 3}}
+    root = fresh_clone(tmp_path / "clone", study)
+    dvc(root, "repro", "evaluation_states")
+    record = root / "results" / "evaluation_states.json"
+    assert json.loads(record.read_text())["from"] == "package"
+    (root / "runs").mkdir()
+    (root / "evaluations").mkdir()
+    dvc(root, "commit", "--force", "evaluate")  # as if evaluated on the package's states
+    assert "evaluate" not in status(root)
+    theirs = start_states.load(packaged.game_start_sequences("pong"))
+    ours = start_states.document(
+        theirs["sequences"][::-1], {"stage": "select"}, "pong", tuple(theirs["action_set"])
+    )  # what `reprodqn select --set env.game=pong` would write there: other sequences
+    (root / "start_sequences" / "pong.json").write_text(json.dumps(ours))
+    assert "evaluate" not in status(root)  # not yet re-read
+    dvc(root, "repro", "evaluation_states")
+    assert json.loads(record.read_text())["from"] == "workspace"
+    assert "evaluate" in status(root)
 
 
 def test_repro_runs_every_stage_and_the_report_is_complete(workspace):
@@ -236,7 +269,7 @@ def test_mlflow_holds_every_run_metric_and_artifact(workspace):
 
 def test_a_second_repro_reruns_nothing_and_logs_nothing_twice(workspace):
     root, _ = workspace
-    assert status(root) == {"conditions": ["always changed"]}
+    assert status(root) == {name: ["always changed"] for name in ALWAYS_READ}
     second = dvc(root, "repro")
     for stage in ("candidates", "ranker", "select", "train", "evaluate", "report"):
         assert mentions(second.stdout, stage, "Stage '{}' didn't change, skipping")
@@ -262,7 +295,7 @@ def test_changing_one_knob_reruns_only_what_depends_on_it(workspace, key, value,
     raw[section][name] = value
     try:
         params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
-        assert set(status(root)) - {"conditions"} == stale
+        assert set(status(root)) - ALWAYS_READ == stale
     finally:
         params_path.write_text(original)
 

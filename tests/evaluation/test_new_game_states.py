@@ -119,6 +119,29 @@ def test_the_games_file_is_what_its_training_and_evaluation_play(workspaces, mon
     assert env.unwrapped.start_sequences == f"start_sequences/{GAME}.json"
 
 
+def test_which_says_what_evaluation_plays_and_records_it(workspaces, tmp_path, capsys):
+    """`reprodqn start-states which`: the workspace's own file once select made it, no-op
+    starts where there is none; --out writes the record the evaluate stage depends on."""
+    a, _ = workspaces
+    code, said = reprodqn(a, "start-states", "which", *sets(), "--out", "played.json")
+    assert code == 0, said
+    made = json.loads((a / "start_sequences" / f"{GAME}.json").read_text())
+    record = json.loads((a / "played.json").read_text())
+    assert record == {
+        "game": GAME,
+        "start_sequences": f"start_sequences/{GAME}.json",
+        "from": "workspace",
+        "count": 4,
+        "sequences_sha256": made["sequences_sha256"],
+    }
+    assert f"the workspace's: 4 sequences, sha256 {made['sequences_sha256'][:12]}" in (
+        capsys.readouterr().out
+    )
+    code, said = reprodqn(tmp_path, "start-states", "which", *sets())  # no workspace here
+    assert code == 0, said
+    assert f"{GAME} evaluates on none: no-op starts" in capsys.readouterr().out
+
+
 def test_a_finished_ranker_is_replaced_only_with_restart(workspaces, tmp_path):
     ws = tmp_path / "ws"
     shutil.copytree(workspaces[0], ws)

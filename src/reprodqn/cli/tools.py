@@ -1,6 +1,6 @@
-"""`reprodqn init`, `installed`, `params`, `start-states import` and `bundle`: the commands
-around the pipeline (making a workspace, writing params, importing start sequences,
-archiving a study)."""
+"""`reprodqn init`, `installed`, `params`, `start-states import` and `which`, and `bundle`:
+the commands around the pipeline (making a workspace, writing params, importing start
+sequences or saying which the evaluation plays, archiving a study)."""
 
 from __future__ import annotations
 
@@ -88,6 +88,29 @@ def cmd_import(args) -> int:
     return 0
 
 
+def cmd_which(args) -> int:
+    """The start states the study's evaluation plays; with --out, the record the evaluate
+    stage depends on (DVC reruns it when the record's content changes)."""
+    from reprodqn.cli.common import load
+    from reprodqn.core.atomic import write_json
+    from reprodqn.evaluation import start_states
+
+    params = load(args)
+    record = start_states.played(params.evaluation, params.env)
+    if record["start_sequences"] == start_states.NONE:
+        what = f"none: no-op starts (1..{record['noop_max']}), not the paper's protocol"
+    else:
+        what = (
+            f"{record['start_sequences']} (the {record['from']}'s: {record['count']} "
+            f"sequences, sha256 {record['sequences_sha256'][:12]})"
+        )
+    if args.out is not None:
+        write_json(args.out, record)
+    where = f" -> {args.out}" if args.out is not None else ""
+    print(f"start-states which: {params.env.game} evaluates on {what}{where}")
+    return 0
+
+
 def cmd_bundle(args) -> int:
     from reprodqn.report import bundle
 
@@ -127,8 +150,7 @@ def _add_workspace_commands(sub) -> None:
 
 
 def add_commands(sub) -> None:
-    """Commands around the pipeline: a new workspace, params, start-state imports, the
-    bundle."""
+    """Commands around the pipeline: a new workspace, params, start states, the bundle."""
     _add_workspace_commands(sub)
     p = _stage(
         sub,
@@ -159,7 +181,14 @@ def add_commands(sub) -> None:
         metavar="SECTION",
         help="print every knob (of SECTION) with type, range, default, source",
     )
-    p = sub.add_parser("start-states", help="start-sequence files from other sources")
+    _add_start_states_commands(sub)
+    _add_bundle_command(sub)
+
+
+def _add_start_states_commands(sub) -> None:
+    p = sub.add_parser(
+        "start-states", help="start-sequence files from other sources, and which are played"
+    )
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     q = _stage(verbs, "import", "import the authors' initstates.txt format", cmd_import)
     q.add_argument("file", type=Path, help="one Python list of ALE action ids per line")
@@ -177,7 +206,15 @@ def add_commands(sub) -> None:
         ("license", "its license file"),
     ):
         q.add_argument(f"--{name}", default=None, help=f"provenance: {what}")
-    _add_bundle_command(sub)
+    q = _stage(
+        verbs,
+        "which",
+        "the start states the study's evaluation plays (params, env.game, workspace or package)",
+        cmd_which,
+    )
+    q.add_argument(
+        "--out", type=Path, default=None, help="also write them as a record (JSON) there"
+    )
 
 
 def _add_bundle_command(sub) -> None:

@@ -47,6 +47,7 @@ RUN_CONFIG = "config.json"  # a run's resolved config with its digest and finger
 CONDITIONS = "conditions.json"  # the experimental conditions (a run's, or results/)
 FINGERPRINT = "fingerprint.json"  # results/: what of the conditions changes numbers
 SBOM = "sbom.cdx.json"  # results/: the CycloneDX bill of materials
+EVALUATION_STATES = "evaluation_states.json"  # results/: the start states evaluation plays
 DETERMINISM = "determinism.json"  # a run's numerics settings as applied
 COMPLETE = "complete.json"  # a finished run's last counters
 EVAL_CSV = "eval.csv"  # an evaluation: one row per checkpoint and episode

@@ -207,6 +207,27 @@ def for_game(evaluation, game: str, root: Path = Path(".")) -> str:
     return packaged.game_start_sequences_name(game, root) or NONE
 
 
+def played(evaluation, env, root: Path = Path(".")) -> dict:
+    """What the study's evaluation plays, by content: the game, the file params name or the
+    game's own (for_game), its count and sequences' SHA-256. The evaluate stage depends on
+    this record, not on a path: the file follows env.game and may be the workspace's or
+    the package's, so no path in dvc.yaml can say which one changed."""
+    chosen = for_game(evaluation, env.game, root)
+    if chosen == NONE:
+        return {"game": env.game, "start_sequences": NONE, "noop_max": env.noop_max}
+    own = Path(root) / chosen
+    path = own if own.is_file() else packaged.start_sequences(chosen)  # as every door finds it
+    doc = load(path, at_least=evaluation.episodes)
+    check_game(doc, path, env.game)
+    return {
+        "game": env.game,
+        "start_sequences": chosen,
+        "from": "workspace" if path == own else "package",
+        "count": doc["count"],
+        "sequences_sha256": doc["sequences_sha256"],
+    }
+
+
 def noop_starts_note(game: str, noop_max: int) -> str:
     """What is said when the default leaves a game without start states (for_game)."""
     return (

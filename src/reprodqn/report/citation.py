@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from reprodqn.core import packaged
+from reprodqn.core import packaged, workspace
 from reprodqn.core.errors import InputError
 
 CFF_SCHEMA = "cff-1.2.0.schema.json"  # citation-file-format/citation-file-format, CC-BY-4.0
@@ -27,6 +27,7 @@ OUTPUT_DIRS = ("runs/", "evaluations/", "reports/", "ranker/", "resume-points/")
 SOFTWARE = "results/sbom.cdx.json"
 # the audit says which ops of this build would be nondeterministic: a condition of the run
 CONDITIONS = ("results/conditions.json", "results/fingerprint.json", "results/audit.json")
+PLAYED = (workspace.RESULTS / workspace.EVALUATION_STATES).as_posix()  # start states, by content
 
 
 def release_date(git: dict) -> str:
@@ -92,7 +93,7 @@ def role(path: str) -> str:
         return "software"
     if path in CONDITIONS or (path.startswith("runs/") and path.endswith("/conditions.json")):
         return "conditions"
-    if path.startswith("start_sequences/") and not path.endswith("dvc.yaml"):
+    if path == PLAYED or (path.startswith("start_sequences/") and not path.endswith("dvc.yaml")):
         return "input"
     if path.startswith(OUTPUT_DIRS):
         return "output"
