@@ -414,6 +414,11 @@ def test_a_rerun_writes_where_it_was_told_with_the_shells_cpu_knobs(tmp_path, mo
     assert again["script_differs"] and "not the one that wrote the run" in (
         script_rerun.rerun_summary(again)
     )
+    past = script_rerun.rerun(run, 5, Path("past"))  # past where the recorded run stopped
+    assert past["identical"] and past["records_compared"] == 4 and past["last_step"] == 3
+    assert "the same through step 3, the last checkpoint both have" in (
+        script_rerun.rerun_summary(past)
+    )
     (elsewhere / "nowhere.py").write_text("import sys\n")  # ignores --out
     with pytest.raises(InputError, match=r"nowhere\.py wrote no chain"):
         script_rerun.rerun(run, 2, Path("third"), script=Path("nowhere.py"))

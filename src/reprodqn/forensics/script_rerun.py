@@ -51,13 +51,14 @@ def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> d
             f"{scratch / workspace.HASHES}: the rerun of {path} wrote no chain (expected the "
             "script to write its run where --out names)"
         )
-    first = first_difference(ours, theirs[: len(ours)])
+    shared = min(len(ours), len(theirs))  # a recorded run stopped early is compared so far
+    first = first_difference(ours[:shared], theirs[:shared])
     return {
         "identical": first is None,
         "run": str(run),
         "until": until,
-        "last_step": ours[-1]["step"],  # where the rerun stopped: at --until, or its end
-        "records_compared": len(ours),
+        "last_step": ours[shared - 1]["step"],  # the last both have: --until, or an end
+        "records_compared": shared,
         "first_divergence": first,
         "numeric_conditions_differing": numeric_conditions_differing(scratch, run),
         # not the script that wrote the run (False where its SHA-256 was not recorded)
@@ -89,7 +90,7 @@ def _out_and_until(arguments: list[str], run: Path, scratch: Path, until: int) -
 def rerun_summary(result: dict) -> str:
     """What `reprodqn verify RUN --until STEP` prints."""
     first, last = result["first_divergence"], result.get("last_step", result["until"])
-    if result["identical"] and last != result["until"]:  # the script stopped sooner
+    if result["identical"] and last != result["until"]:  # the script or the run stopped sooner
         lines = [
             f"verify: identical: {result['run']} rerun here with --until {result['until']} "
             f"is the same through step {last}, the last checkpoint both have; "
