@@ -105,6 +105,57 @@ def test_a_replication_that_parted_is_listed_apart(bundle, keys):
     assert "; parted on 1 machine: attestations/" in said
 
 
+SPOT_CHECK = {
+    "identical": True,
+    "run": "deterministic/0",
+    "from_step": 0,
+    "until": 200,
+    "records_compared": 4,
+    "evaluation": {"episodes": 2, "first": None},
+}
+
+
+def spot_check(bundle: Path, result: dict, key: Path, tmp_path: Path) -> str:
+    """A spot-check attested, on the machine the smoke reference's run names."""
+    scratch = tmp_path / "scratch" / "deterministic" / "0"
+    scratch.mkdir(parents=True, exist_ok=True)
+    conditions = SMOKE / "runs" / "deterministic" / "0" / workspace.CONDITIONS
+    shutil.copy(conditions, scratch / workspace.CONDITIONS)
+    return attestation.attest_spot_check(bundle, result, scratch, key)
+
+
+def test_a_spot_check_is_attested_apart_and_never_counted_as_a_replication(bundle, keys, tmp_path):
+    """One run retrained to a step is evidence of its own kind: listed, not counted."""
+    said = spot_check(bundle, SPOT_CHECK, keys[0], tmp_path)
+    path = next((bundle.parent / "attestations").glob("*.spot-check.deterministic-0.intoto.json"))
+    assert said.startswith(f"attested: {path} and its .sig (an in-toto Statement of this spot")
+    document = json.loads(path.read_text())
+    assert document["predicateType"] == attestation.SPOT_CHECK
+    assert document["predicate"]["spot_checked"]["evaluation_episodes_replayed"] == 2
+    machine = f"AMD EPYC, 2.13.0+cpu, universal, key {fingerprint(keys[0])}"
+    checked = f"spot-checked: deterministic/0 from step 0 to 200 on {machine}"
+    assert attestation.check(bundle) == (
+        f"none (verify --reference BUNDLE --attest KEY writes one after a replication); {checked}"
+    )
+    attestation.attest(SMOKE, bundle, IDENTICAL, keys[1])  # a whole replication beside it
+    said = attestation.check(bundle)
+    assert said.startswith("replicated by 1 independent machine (1 key): ")
+    assert said.endswith(f"replicators publish; {checked}")
+    spot_check(bundle, {**SPOT_CHECK, "identical": False}, keys[0], tmp_path)  # redone: parted
+    assert "spot-checked" not in attestation.check(bundle)
+    assert "; parted on 1 machine: attestations/" in attestation.check(bundle)
+    edit(path, lambda d: d["predicate"]["spot_checked"].update(until=300000))
+    with pytest.raises(attestation.Forged, match="not signed by the key its signature carries"):
+        attestation.check(bundle)
+
+
+def test_attest_without_a_manifest_is_refused_before_any_work(tmp_path):
+    from reprodqn.core.errors import InputError
+
+    with pytest.raises(InputError, match=r"--attest: .*MANIFEST.sha256 not found"):
+        attestation.require_bundle(tmp_path)
+
+
 def test_the_bundle_ships_a_workspaces_attestations(tmp_path, keys):
     """`reprodqn bundle` includes the attestations received (in the manifest: signed too)."""
     from reprodqn.report import bundle

@@ -198,6 +198,26 @@ def test_spot_check_from_the_command_line_in_an_empty_directory(shipped, tmp_pat
     assert out.stdout.startswith("verify: identical: deterministic/0 retrained from scratch")
 
 
+def test_a_spot_check_signs_an_attestation_of_its_own_kind(shipped, tmp_path):
+    """--rerun with --attest: the spot-check's in-toto Statement beside the bundle, which
+    `verify BUNDLE` lists apart from replications of the whole study."""
+    from reprodqn.forensics import attestation
+    from reprodqn.report.bundle import manifest_text, sha256_bytes
+    from tests.report.test_signing import keypair
+
+    root, _ = shipped
+    bundle = shutil.copytree(root, tmp_path / "reprodqn-bundle")
+    files = [path for path in sorted(bundle.rglob("*")) if path.is_file()]
+    listed = {p.relative_to(bundle).as_posix(): sha256_bytes(p.read_bytes()) for p in files}
+    (bundle / "MANIFEST.sha256").write_text(manifest_text(listed))
+    key = keypair(tmp_path, "reader")
+    rerun = ["--rerun", "deterministic/0", "--until", "200", "--attest", str(key)]
+    out = _cli("verify", "--reference", str(bundle), *rerun, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "an in-toto Statement of this spot-check" in out.stdout
+    assert "spot-checked: deterministic/0 from step 0 to 200 on " in attestation.check(bundle)
+
+
 def test_a_bundle_ships_the_resume_point_and_the_spot_check_starts_there(shipped, tmp_path):
     from reprodqn.report import bundle
 

@@ -107,12 +107,14 @@ def cmd_verify(args) -> int:
             raise InputError(f"verify --{option}: only with one unpacked bundle (verify BUNDLE)")
     if args.reference is None:
         raise InputError("verify: expected --reference DIR, or two result folders: verify A B")
+    if args.attest is not None:
+        attestation.require_bundle(args.reference)
     if args.rerun is not None:
         from reprodqn.determinism import isa
         from reprodqn.forensics import rerun
 
-        if args.until is None or args.attest is not None:
-            raise InputError("verify --rerun: expected --until STEP, and no --attest")
+        if args.until is None:
+            raise InputError("verify --rerun: expected --until STEP")
         group, run = rerun.parse_run(args.rerun)
         verify.check_bundle(args.reference)
         config = rerun.shipped_config(args.reference, group, run, args.params, args.overrides)
@@ -131,6 +133,9 @@ def cmd_verify(args) -> int:
             args.episodes,
         )
         print(verify.spot_check_summary(result))
+        if args.attest is not None:
+            scratch = args.scratch / group / str(run)
+            print(attestation.attest_spot_check(args.reference, result, scratch, args.attest))
         return 0 if result["identical"] else 1
     if args.until is not None:
         raise InputError("verify --until: only with --rerun GROUP/RUN or result folders")
@@ -176,24 +181,11 @@ def _verify_bundle(directory: Path, signer: Path | None, evaluate: int | None) -
     from reprodqn.forensics import bundle_check
 
     if evaluate:
-        _apply_bundle_isa(directory)
+        bundle_check.apply_floor(directory)
     started = time.perf_counter()
     result = bundle_check.check(directory, signer, evaluate or 0)
     print(bundle_check.summary(result, time.perf_counter() - started))
     return 0 if result["ok"] else 1
-
-
-def _apply_bundle_isa(directory: Path) -> None:
-    """The bundle's CPU floor, before torch loads, so that its episodes play as they played
-    (a params.yaml that does not load is left for the params link to name)."""
-    from reprodqn.config.params import load_params
-    from reprodqn.determinism import isa
-
-    try:
-        compute = load_params(Path(directory) / "params.yaml").compute
-    except (InputError, OSError):
-        return
-    isa.apply(compute.cpu_isa, compute.numerics)
 
 
 def cmd_gpu_check(args) -> int:
@@ -277,8 +269,9 @@ def _add_verify_options(p) -> None:
     )
     p.add_argument(
         "--attest", type=Path, default=None, metavar="KEY",
-        help="with --reference BUNDLE: sign a statement of this replication with an OpenSSH "
-        "private key (an in-toto Statement in attestations/ beside the bundle)",
+        help="with --reference BUNDLE: sign a statement of this replication (with --rerun: "
+        "of this spot-check) with an OpenSSH private key (an in-toto Statement in "
+        "attestations/ beside the bundle)",
     )  # fmt: skip
     p.add_argument(
         "--episodes",

@@ -95,6 +95,19 @@ def check(directory: Path, signer: Path | None = None, evaluate: int = 0) -> dic
     }  # fmt: skip
 
 
+def apply_floor(directory: Path) -> None:
+    """The bundle's CPU floor, before torch loads, so that its episodes (--evaluate) play
+    as they played (a params.yaml that does not load is left for the params link to name)."""
+    from reprodqn.config.params import load_params
+    from reprodqn.determinism import isa
+
+    try:
+        compute = load_params(Path(directory) / "params.yaml").compute
+    except (InputError, OSError):
+        return
+    isa.apply(compute.cpu_isa, compute.numerics)
+
+
 def _needs_replication(directory: Path) -> str:
     """What only training again can check, said plainly in the verdict."""
     shipped = any((directory / workspace.RUNS).glob("*/*/checkpoints/*.safetensors"))
