@@ -407,13 +407,18 @@ def test_a_rerun_writes_where_it_was_told_with_the_shells_cpu_knobs(tmp_path, mo
     assert result["identical"] and result["records_compared"] == 3
     assert json.loads((elsewhere / "scratch" / "knob.json").read_text()) is None
     assert not result["script_differs"]
+    (tmp_path / "study" / "models.py").write_text("WIDTH = 64\n")
+    code = {"train.py": "1" * 64, "models.py": "0" * 64, "gone.py": "0" * 64}
     (run / "config.json").write_text(
-        json.dumps({"config": {}, "command": command, "script_sha256": "0" * 64})
+        json.dumps(
+            {"config": {}, "command": command, "script_sha256": "0" * 64, "code_sha256": code}
+        )
     )
     again = script_rerun.rerun(run, 2, Path("again"))
-    assert again["script_differs"] and "not the one that wrote the run" in (
-        script_rerun.rerun_summary(again)
-    )
+    said = script_rerun.rerun_summary(again)
+    assert again["script_differs"] and "not the one that wrote the run" in said
+    assert again["code_differs"] == ["gone.py (missing)", "models.py"]  # the script apart
+    assert "modules here are not the ones that wrote the run (their SHA-256): gone.py" in said
     past = script_rerun.rerun(run, 5, Path("past"))  # past where the recorded run stopped
     assert past["identical"] and past["records_compared"] == 4 and past["last_step"] == 3
     assert "the same through step 3, the last checkpoint both have" in (

@@ -110,3 +110,28 @@ def test_a_folder_written_by_another_script_names_both_scripts(tmp_path, monkeyp
     monkeypatch.setattr(sys, "argv", [str(first), "--out", str(run)])
     with pytest.raises(InputError, match=r"another version of .*train\.py"):
         exact.start_run(run, {"lr": 0.1}, _process())
+
+
+def test_a_module_of_the_script_changed_is_refused_by_name(tmp_path, monkeypatch):
+    """The script's own modules (a models.py beside it) are recorded with it: a resume
+    by the same script importing a changed one would mix two codes."""
+    import importlib.util
+
+    script, helper = tmp_path / "train.py", tmp_path / "reprodqn_test_models.py"
+    script.write_text("import reprodqn_test_models\n")
+    helper.write_text("WIDTH = 64\n")
+    spec = importlib.util.spec_from_file_location("reprodqn_test_models", helper)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "reprodqn_test_models", module)  # as the script imports it
+    run = tmp_path / "run"
+    monkeypatch.setattr(sys, "argv", [str(script), "--out", str(run)])
+    exact.start_run(run, {"lr": 0.1}, _process())
+    code = json.loads((run / "config.json").read_text())["code_sha256"]
+    assert set(code) == {"train.py", "reprodqn_test_models.py"}  # no installed package
+    run_folder.release(run)
+    exact.start_run(run, {"lr": 0.1}, _process())  # the same code: resumed
+    run_folder.release(run)
+    helper.write_text("WIDTH = 128\n")
+    with pytest.raises(InputError, match=r"another version of reprodqn_test_models\.py, a module"):
+        exact.start_run(run, {"lr": 0.1}, _process())

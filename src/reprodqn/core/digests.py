@@ -32,10 +32,36 @@ def sha256_file(path: str | Path) -> str:
 def running_script_sha256() -> str | None:
     """The running script's SHA-256 (None from an interactive session, a notebook or an
     installed entry point), so a run folder is resumed only by the script that began it.
-    Modules it imports are not covered."""
+    Its own modules: running_code_sha256."""
+    script = _running_script()
+    return sha256_file(script) if script is not None else None
+
+
+def running_code_sha256() -> dict[str, str]:
+    """The SHA-256 of each module of the script's own loaded so far: every .py file under
+    the script's folder that this process imported (a local models.py, a package beside
+    it), by its path from that folder; not installed packages, nor reprodqn, whose version
+    the conditions record. Empty where running_script_sha256 is None."""
+    script = _running_script()
+    if script is None:
+        return {}
+    root = script.resolve().parent
+    found = {script.name: sha256_file(script)}  # run as __main__, or by a launcher
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if not file or name == "reprodqn" or name.startswith("reprodqn."):
+            continue
+        path = Path(file).resolve()
+        installed = {"site-packages", "dist-packages"} & set(path.parts)
+        if path.suffix == ".py" and root in path.parents and not installed and path.is_file():
+            found[path.relative_to(root).as_posix()] = sha256_file(path)
+    return dict(sorted(found.items()))
+
+
+def _running_script() -> Path | None:
     script = Path(sys.argv[0])  # under site-packages: a kernel's or tool's launcher
     plain = script.suffix == ".py" and script.is_file() and "site-packages" not in script.parts
-    return sha256_file(script) if plain else None
+    return script if plain else None
 
 
 def apart(ours: str, theirs: str, width: int = 12) -> tuple[str, str]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from reprodqn.core import run_lock, workspace
 from reprodqn.core.atomic import read_json, write_json
-from reprodqn.core.digests import json_digest, running_script_sha256
+from reprodqn.core.digests import json_digest, running_code_sha256, running_script_sha256
 from reprodqn.core.errors import InputError
 from reprodqn.determinism import global_generators, kernel_settings, provenance
 
@@ -118,21 +118,29 @@ def start(directory: Path, config: Mapping[str, Any], process: Any) -> dict:
     directory = Path(directory)
     hold(directory)
     config = dict(json.loads(json.dumps(dict(config), default=_as_json)))
-    digest, script = json_digest(config), running_script_sha256()
+    digest, script, code = json_digest(config), running_script_sha256(), running_code_sha256()
     recorded = directory / workspace.RUN_CONFIG
     conditions = provenance.collect(_ComputeRecord(process))
     kernel_settings.watch_compile(getattr(process, "numerics", "standard"))
     conditions[KERNELS] = kernel_settings.current()
     resumed_from = None
     if recorded.exists():
-        _check_same_run(directory, read_json(recorded, "run config"), config, digest, script)
+        theirs = read_json(recorded, "run config")
+        _check_same_run(directory, theirs, config, digest, script)
+        _check_same_code(directory, theirs.get("code_sha256") or {}, code)
         resumed_from = workspace.latest_resume_step(directory / workspace.RESUME)
     segment = None
     if resumed_from is not None:
         began = read_json(directory / workspace.CONDITIONS, "run conditions")
         segment = check_resume_conditions(directory, began, conditions, resumed_from)
     command = {"script": sys.argv[0], "arguments": sys.argv[1:], "cwd": os.getcwd()}
-    record = {"digest": digest, "config": config, "command": command, "script_sha256": script}
+    record = {
+        "digest": digest,
+        "config": config,
+        "command": command,
+        "script_sha256": script,
+        "code_sha256": code,  # the script's own modules: verify --until names one changed
+    }
 
     def write() -> None:
         clear_leftovers(directory)
@@ -194,6 +202,18 @@ def _check_same_run(directory: Path, theirs: dict, config: dict, digest: str, sc
         raise InputError(
             f"{directory}: holds a run with a different config: {'; '.join(changed)}; "
             "give another directory or remove it"
+        )
+
+
+def _check_same_code(directory: Path, theirs: dict, ours: dict) -> None:
+    """The script's own modules that both processes loaded are the versions the run began
+    with (a module one of them imports lazily, after start_run, is not compared)."""
+    changed = [name for name in sorted(set(theirs) & set(ours)) if theirs[name] != ours[name]]
+    if changed:
+        raise InputError(
+            f"{directory}: holds a run of another version of {changed[0]}, a module of "
+            f"{sys.argv[0]} (its SHA-256 differs: a resumed run would mix two codes); use "
+            "another directory or remove it"
         )
 
 

@@ -63,6 +63,12 @@ def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> d
         "numeric_conditions_differing": numeric_conditions_differing(scratch, run),
         # not the script that wrote the run (False where its SHA-256 was not recorded)
         "script_differs": recorded.get("script_sha256") not in (None, sha256_file(path)),
+        # its own modules (a local models.py) as the run recorded them, here beside it
+        "code_differs": [
+            name
+            for name in differing_code(recorded, path.parent)
+            if name.split(" ")[0] != Path(command["script"]).name
+        ],
         "run_replicates": where_it_replicates(folder_conditions([run]), "This run's results"),
     }
 
@@ -87,6 +93,19 @@ def _out_and_until(arguments: list[str], run: Path, scratch: Path, until: int) -
     return [*kept, "--out", str(scratch), "--until", str(until)]
 
 
+def differing_code(recorded: dict, root: Path) -> list[str]:
+    """The script's modules a run recorded (config.json's code_sha256) whose file under
+    `root`, the script's folder here, is missing or differs."""
+    differing = []
+    for name, digest in sorted((recorded.get("code_sha256") or {}).items()):
+        path = Path(root) / name
+        if not path.is_file():
+            differing.append(f"{name} (missing)")
+        elif sha256_file(path) != digest:
+            differing.append(name)
+    return differing
+
+
 def rerun_summary(result: dict) -> str:
     """What `reprodqn verify RUN --until STEP` prints."""
     first, last = result["first_divergence"], result.get("last_step", result["until"])
@@ -108,4 +127,9 @@ def rerun_summary(result: dict) -> str:
         ]
     if result.get("script_differs"):
         lines.append("the script rerun here is not the one that wrote the run (its SHA-256)")
+    if result.get("code_differs"):
+        lines.append(
+            "the script's modules here are not the ones that wrote the run (their SHA-256): "
+            + ", ".join(result["code_differs"])
+        )
     return "\n".join(lines + differing_lines(result) + [result["run_replicates"]])
