@@ -305,3 +305,7 @@ def test_commands_that_write_results_refuse_to_run_inside_an_unpacked_bundle(
     error = capsys.readouterr().err
     assert "an unpacked bundle, whose files are the reference; `reprodqn study`" in error
     assert error.count("\n") == 1 and bundle.check_manifest(unpacked) == []
+    # the bundle pipeline's evaluation_states stage writes its record with --out
+    assert main(["start-states", "which", "--out", "results/evaluation_states.json"]) == 2
+    assert "whose files are the reference; `reprodqn start-states`" in capsys.readouterr().err
+    assert not (unpacked / "results" / "evaluation_states.json").exists()

@@ -142,7 +142,10 @@ def refuse_inside_a_bundle(args) -> None:
     command that writes results there would change them (or, finding its runs finished,
     seem to replicate them without computing anything)."""
     here = Path.cwd()
-    if args.command in WRITE_RESULTS and workspace.is_unpacked_bundle(here):
+    writes = args.command in WRITE_RESULTS or (
+        args.command == "start-states" and getattr(args, "out", None) is not None
+    )  # import, and which --out: the bundle pipeline's evaluation_states stage
+    if writes and workspace.is_unpacked_bundle(here):
         raise InputError(
             f"{here}: an unpacked bundle, whose files are the reference; `reprodqn "
             f"{args.command}` would change them. Check it with `reprodqn verify .`; "
