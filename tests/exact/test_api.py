@@ -424,6 +424,9 @@ def test_a_rerun_writes_where_it_was_told_with_the_shells_cpu_knobs(tmp_path, mo
     assert "the same through step 3, the last checkpoint both have" in (
         script_rerun.rerun_summary(past)
     )
+    (run / "hashes.jsonl").write_text("")  # killed before its first checkpoint
+    with pytest.raises(InputError, match=r"hashes\.jsonl: the run recorded no checkpoint"):
+        script_rerun.rerun(run, 2, Path("empty"))
     (elsewhere / "nowhere.py").write_text("import sys\n")  # ignores --out
     with pytest.raises(InputError, match=r"nowhere\.py wrote no chain"):
         script_rerun.rerun(run, 2, Path("third"), script=Path("nowhere.py"))

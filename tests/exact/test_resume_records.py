@@ -124,14 +124,29 @@ def test_a_module_of_the_script_changed_is_refused_by_name(tmp_path, monkeypatch
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, "reprodqn_test_models", module)  # as the script imports it
+    interpreter = tmp_path / "env" / "lib" / "python3.11"  # a conda env beside the script
+    interpreter.mkdir(parents=True)
+    (interpreter / "reprodqn_test_stdlib.py").write_text("X = 1\n")
+    spec = importlib.util.spec_from_file_location(
+        "reprodqn_test_stdlib", interpreter / "reprodqn_test_stdlib.py"
+    )
+    monkeypatch.setitem(sys.modules, "reprodqn_test_stdlib", importlib.util.module_from_spec(spec))
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "env"))
     run = tmp_path / "run"
     monkeypatch.setattr(sys, "argv", [str(script), "--out", str(run)])
     exact.start_run(run, {"lr": 0.1}, _process())
     code = json.loads((run / "config.json").read_text())["code_sha256"]
-    assert set(code) == {"train.py", "reprodqn_test_models.py"}  # no installed package
+    assert set(code) == {"train.py", "reprodqn_test_models.py"}  # not the interpreter's
+    net, chain = torch.nn.Linear(2, 2), exact.HashChain(run)
+    chain.checkpoint(0, net)
+    exact.save_resume_point(run, 2, {"net": net, "chain": chain, "step": 2})
     run_folder.release(run)
+    monkeypatch.delitem(sys.modules, "reprodqn_test_models")  # not imported yet this time
     exact.start_run(run, {"lr": 0.1}, _process())  # the same code: resumed
+    exact.load_resume_point(run, {"net": net, "chain": chain, "step": 0})
+    assert json.loads((run / "config.json").read_text())["code_sha256"] == code  # kept
     run_folder.release(run)
+    monkeypatch.setitem(sys.modules, "reprodqn_test_models", module)
     helper.write_text("WIDTH = 128\n")
     with pytest.raises(InputError, match=r"another version of reprodqn_test_models\.py, a module"):
         exact.start_run(run, {"lr": 0.1}, _process())

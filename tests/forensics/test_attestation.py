@@ -127,7 +127,10 @@ def spot_check(bundle: Path, result: dict, key: Path, tmp_path: Path) -> str:
 def test_a_spot_check_is_attested_apart_and_never_counted_as_a_replication(bundle, keys, tmp_path):
     """One run retrained to a step is evidence of its own kind: listed, not counted."""
     said = spot_check(bundle, SPOT_CHECK, keys[0], tmp_path)
-    path = next((bundle.parent / "attestations").glob("*.spot-check.deterministic-0.intoto.json"))
+    # in a folder of its own: an older reprodqn reads every statement in attestations/
+    # as a replication and refuses another kind
+    folder = bundle.parent / "attestations" / "spot-checks"
+    path = next(folder.glob("*.deterministic-0-to-200.intoto.json"))
     assert said.startswith(f"attested: {path} and its .sig (an in-toto Statement of this spot")
     document = json.loads(path.read_text())
     assert document["predicateType"] == attestation.SPOT_CHECK
@@ -142,8 +145,11 @@ def test_a_spot_check_is_attested_apart_and_never_counted_as_a_replication(bundl
     assert said.startswith("replicated by 1 independent machine (1 key): ")
     assert said.endswith(f"replicators publish; {checked}")
     spot_check(bundle, {**SPOT_CHECK, "identical": False}, keys[0], tmp_path)  # redone: parted
-    assert "spot-checked" not in attestation.check(bundle)
-    assert "; parted on 1 machine: attestations/" in attestation.check(bundle)
+    said = attestation.check(bundle)
+    assert "spot-checked" not in said and "parted on" not in said  # not a replication's
+    assert said.endswith("; spot-checks that parted: " + checked.split(": ", 1)[1])
+    spot_check(bundle, {**SPOT_CHECK, "until": 400}, keys[0], tmp_path)  # further: kept apart
+    assert len(list(folder.glob("*.intoto.json"))) == 2
     edit(path, lambda d: d["predicate"]["spot_checked"].update(until=300000))
     with pytest.raises(attestation.Forged, match="not signed by the key its signature carries"):
         attestation.check(bundle)
@@ -164,5 +170,8 @@ def test_the_bundle_ships_a_workspaces_attestations(tmp_path, keys):
     (study / "attestations").mkdir()
     (study / "attestations" / "x.intoto.json").write_text("{}")
     (study / "attestations" / "x.intoto.json.sig").write_text("sig")
+    (study / "attestations" / "spot-checks").mkdir()
+    (study / "attestations" / "spot-checks" / "y.intoto.json").write_text("{}")
     names = {f.as_posix() for f in bundle.collect(study, checkpoints=False)}
     assert {"attestations/x.intoto.json", "attestations/x.intoto.json.sig"} <= names
+    assert "attestations/spot-checks/y.intoto.json" in names

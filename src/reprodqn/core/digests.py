@@ -47,15 +47,26 @@ def running_code_sha256() -> dict[str, str]:
         return {}
     root = script.resolve().parent
     found = {script.name: sha256_file(script)}  # run as __main__, or by a launcher
+    interpreter = _interpreter_trees()
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
         if not file or name == "reprodqn" or name.startswith("reprodqn."):
             continue
         path = Path(file).resolve()
-        installed = {"site-packages", "dist-packages"} & set(path.parts)
+        installed = {"site-packages", "dist-packages"} & set(path.parts) or any(
+            tree == path or tree in path.parents for tree in interpreter
+        )  # a pyenv, conda env or --target folder under the script's folder is not its code
         if path.suffix == ".py" and root in path.parents and not installed and path.is_file():
             found[path.relative_to(root).as_posix()] = sha256_file(path)
     return dict(sorted(found.items()))
+
+
+def _interpreter_trees() -> set[Path]:
+    """Where this interpreter's standard library and installed packages live."""
+    import sysconfig
+
+    trees = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sysconfig.get_paths().values()}
+    return {Path(tree).resolve() for tree in trees if tree}
 
 
 def _running_script() -> Path | None:

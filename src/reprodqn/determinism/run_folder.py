@@ -119,6 +119,7 @@ def start(directory: Path, config: Mapping[str, Any], process: Any) -> dict:
     hold(directory)
     config = dict(json.loads(json.dumps(dict(config), default=_as_json)))
     digest, script, code = json_digest(config), running_script_sha256(), running_code_sha256()
+    code_record: dict[str, str] | None = code
     recorded = directory / workspace.RUN_CONFIG
     conditions = provenance.collect(_ComputeRecord(process))
     kernel_settings.watch_compile(getattr(process, "numerics", "standard"))
@@ -129,6 +130,8 @@ def start(directory: Path, config: Mapping[str, Any], process: Any) -> dict:
         _check_same_run(directory, theirs, config, digest, script)
         _check_same_code(directory, theirs.get("code_sha256") or {}, code)
         resumed_from = workspace.latest_resume_step(directory / workspace.RESUME)
+        if resumed_from is not None:  # the code the run began with stays its record
+            code_record = {**code, **theirs["code_sha256"]} if "code_sha256" in theirs else None
     segment = None
     if resumed_from is not None:
         began = read_json(directory / workspace.CONDITIONS, "run conditions")
@@ -139,8 +142,10 @@ def start(directory: Path, config: Mapping[str, Any], process: Any) -> dict:
         "config": config,
         "command": command,
         "script_sha256": script,
-        "code_sha256": code,  # the script's own modules: verify --until names one changed
+        "code_sha256": code_record,  # the script's own modules: verify --until names one changed
     }
+    if code_record is None:  # a run begun before they were recorded: none claimed for it
+        del record["code_sha256"]
 
     def write() -> None:
         clear_leftovers(directory)

@@ -25,6 +25,9 @@ from reprodqn.core.digests import canonical_json
 from reprodqn.forensics.chains import plural
 
 FOLDER = "attestations"  # in a bundle, or beside it
+# spot-checks in a folder of their own: reprodqn before them read every statement in
+# FOLDER as a replication and refused any other kind
+SPOT_CHECKS = "spot-checks"
 SUFFIX = ".intoto.json"
 STATEMENT = "https://in-toto.io/Statement/v1"
 PREDICATE = "https://reprodqn.readthedocs.io/attestations/replication/v1"
@@ -139,7 +142,7 @@ def found(bundle: Path) -> list[Path]:
     bundle = Path(bundle)
     paths = []
     for folder in (bundle / FOLDER, bundle.parent / FOLDER):
-        paths += sorted(folder.glob(f"*{SUFFIX}"))
+        paths += sorted(folder.glob(f"*{SUFFIX}")) + sorted(folder.glob(f"{SPOT_CHECKS}/*{SUFFIX}"))
     return paths
 
 
@@ -149,18 +152,21 @@ def check(bundle: Path) -> str:
     replications; Forged names the first that does not hold."""
     manifest = hashlib.sha256((Path(bundle) / workspace.MANIFEST).read_bytes()).hexdigest()
     seen: dict[str, str] = {}
-    parted, spot_checked = [], []
+    parted, spot_checked, spot_parted = [], [], []
     for path in found(bundle):
         key, machine, verdict, spot = _one(path, manifest, Path(bundle))
-        if verdict != "identical":
+        if spot:
+            listed = spot_checked if verdict == "identical" else spot_parted
+            listed.append(f"{spot} on {machine}, key {key}")
+        elif verdict != "identical":
             parted.append(f"{_name(path, Path(bundle))} ({machine}, key {key})")
-        elif spot:
-            spot_checked.append(f"{spot} on {machine}, key {key}")
         else:
             seen.setdefault(key, machine)
     others = f"; parted on {plural(len(parted), 'machine')}: {'; '.join(parted)}" if parted else ""
     if spot_checked:
-        others = f"; spot-checked: {'; '.join(spot_checked)}{others}"
+        others += f"; spot-checked: {'; '.join(spot_checked)}"
+    if spot_parted:
+        others += f"; spot-checks that parted: {'; '.join(spot_parted)}"
     if not seen:
         return (
             f"{'none identical' if parted else 'none'} (verify --reference BUNDLE --attest "
@@ -244,8 +250,9 @@ def attest_spot_check(reference: Path, result: dict, scratch: Path, key: Path) -
 
     conditions = read_json(Path(scratch) / workspace.CONDITIONS, "conditions record")
     document = spot_check_statement(reference, result, conditions)
-    tail = ".spot-check." + result["run"].replace("/", "-")
-    return _attested(write(document, key, Path(reference).parent / FOLDER, tail), "spot-check")
+    tail = f".{result['run'].replace('/', '-')}-to-{result['until']}"
+    out = Path(reference).parent / FOLDER / SPOT_CHECKS
+    return _attested(write(document, key, out, tail), "spot-check")
 
 
 def _attested(path: Path, what: str) -> str:

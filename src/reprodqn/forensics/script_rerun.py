@@ -51,6 +51,11 @@ def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> d
             f"{scratch / workspace.HASHES}: the rerun of {path} wrote no chain (expected the "
             "script to write its run where --out names)"
         )
+    if not theirs:
+        raise InputError(
+            f"{run / workspace.HASHES}: the run recorded no checkpoint (killed before its "
+            "first?), so there is nothing to compare a rerun with"
+        )
     shared = min(len(ours), len(theirs))  # a recorded run stopped early is compared so far
     first = first_difference(ours[:shared], theirs[:shared])
     return {
@@ -64,11 +69,7 @@ def rerun(run: Path, until: int, scratch: Path, script: Path | None = None) -> d
         # not the script that wrote the run (False where its SHA-256 was not recorded)
         "script_differs": recorded.get("script_sha256") not in (None, sha256_file(path)),
         # its own modules (a local models.py) as the run recorded them, here beside it
-        "code_differs": [
-            name
-            for name in differing_code(recorded, path.parent)
-            if name.split(" ")[0] != Path(command["script"]).name
-        ],
+        "code_differs": differing_code(recorded, path.resolve().parent, path.name),
         "run_replicates": where_it_replicates(folder_conditions([run]), "This run's results"),
     }
 
@@ -93,11 +94,14 @@ def _out_and_until(arguments: list[str], run: Path, scratch: Path, until: int) -
     return [*kept, "--out", str(scratch), "--until", str(until)]
 
 
-def differing_code(recorded: dict, root: Path) -> list[str]:
+def differing_code(recorded: dict, root: Path, script: str) -> list[str]:
     """The script's modules a run recorded (config.json's code_sha256) whose file under
-    `root`, the script's folder here, is missing or differs."""
+    `root`, the script's folder here, is missing or differs; the script itself apart
+    (script_differs says it, whatever --script names it)."""
     differing = []
     for name, digest in sorted((recorded.get("code_sha256") or {}).items()):
+        if name == script or name == Path(recorded["command"]["script"]).name:
+            continue
         path = Path(root) / name
         if not path.is_file():
             differing.append(f"{name} (missing)")

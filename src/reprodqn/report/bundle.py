@@ -113,7 +113,8 @@ def collect(root: Path, checkpoints: bool) -> list[Path]:
         if checkpoints:
             files |= {p.relative_to(root) for p in workspace.checkpoints_dir(run_dir).glob("*")}
     # replication attestations received (verify --attest): signed statements, shipped as is
-    files |= {p.relative_to(root) for p in (root / ATTESTATIONS).glob("*.intoto.json*")}
+    for pattern in ("*.intoto.json*", "spot-checks/*.intoto.json*"):  # attestation's folders
+        files |= {p.relative_to(root) for p in (root / ATTESTATIONS).glob(pattern)}
     for name in ("ranker/ranker.json", "ranker/ranker.safetensors"):
         if (root / name).exists():
             files.add(Path(name))
