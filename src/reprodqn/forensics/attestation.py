@@ -152,12 +152,15 @@ def check(bundle: Path) -> str:
     replications; Forged names the first that does not hold."""
     manifest = hashlib.sha256((Path(bundle) / workspace.MANIFEST).read_bytes()).hexdigest()
     seen: dict[str, str] = {}
-    parted, spot_checked, spot_parted = [], [], []
+    parted: list[str] = []
+    spot_checked: list[str] = []
+    spot_parted: list[str] = []
     for path in found(bundle):
         key, machine, verdict, spot = _one(path, manifest, Path(bundle))
         if spot:
-            listed = spot_checked if verdict == "identical" else spot_parted
-            listed.append(f"{spot} on {machine}, key {key}")
+            (spot_checked if verdict == "identical" else spot_parted).append(
+                f"{spot} on {machine}, key {key}"
+            )
         elif verdict != "identical":
             parted.append(f"{_name(path, Path(bundle))} ({machine}, key {key})")
         else:
@@ -173,10 +176,10 @@ def check(bundle: Path) -> str:
             f"KEY writes one after a replication){others}"
         )
     machines = set(seen.values())
-    listed = "; ".join(f"{machine}, key {key}" for key, machine in seen.items())
+    named = "; ".join(f"{machine}, key {key}" for key, machine in seen.items())
     return (
         f"replicated by {plural(len(machines), 'independent machine')} "
-        f"({plural(len(seen), 'key')}): {listed}; compare the keys with the ones the "
+        f"({plural(len(seen), 'key')}): {named}; compare the keys with the ones the "
         f"replicators publish{others}"
     )
 
