@@ -151,7 +151,13 @@ It retrains the run here to STEP and compares its checkpoints' chains
 and every `process.jsonl` record up to STEP by value (losses, epsilon, scores), then
 replays `--episodes K` (default 10) evaluation episodes of its step-0 checkpoint and of
 its last against `eval.csv`. It checks that one run to STEP, not the others, nor the
-steps after it."""
+steps after it.
+
+To vouch for what you found, add `--attest ~/.ssh/id_ed25519` to the `verify
+--reference` of step 4 or 5: a signed statement of it (an in-toto Statement, with your
+machine) goes to `attestations/` beside the bundle; send it to the authors, whose next
+bundle ships it, and `verify reprodqn-bundle` counts the machines that replicated the
+study and lists the spot-checks apart."""
 CHECKS = """\
 ## 3. What `verify reprodqn-bundle` checks
 
