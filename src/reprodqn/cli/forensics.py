@@ -278,8 +278,8 @@ def _add_verify_options(p) -> None:
         type=int,
         default=10,
         metavar="K",
-        help="with --rerun: evaluation episodes of the last checkpoint retrained that are "
-        "replayed against the reference's eval.csv (default 10; 0: none)",
+        help="with --rerun: evaluation episodes of the first and the last checkpoint "
+        "retrained that are replayed against the reference's eval.csv (default 10; 0: none)",
     )
     p.add_argument(
         "--evaluate",
