@@ -12,7 +12,7 @@ import re
 import pytest
 
 from tests.helpers import ROOT
-from tools.cli_table import COMMAND_TABLE, command_table, subcommands
+from tools.cli_table import COMMAND_TABLE, OPTION_LISTS, command_table, option_lists, subcommands
 from tools.laptop_table import README, TABLE1, laptop_table
 from tools.module_table import MODULE_TABLE, PAGE, module_table
 from tools.package_graph import (
@@ -208,6 +208,10 @@ def test_the_command_page_lists_every_subcommand_from_the_parser():
     found = COMMAND_TABLE.search((ROOT / "docs" / "cli.md").read_text())
     assert found, "docs/cli.md has no <!-- commands --> list"
     assert found.group(2) == command_table(), "docs/cli.md is stale: run make docs-tables"
+    options = OPTION_LISTS.search((ROOT / "docs" / "cli.md").read_text())
+    assert options, "docs/cli.md has no <!-- options --> list"
+    assert options.group(2) == option_lists(), "docs/cli.md is stale: run make docs-tables"
+    assert "- `--attest KEY`: with --reference BUNDLE" in options.group(2)
     listed = {command for command, _, _ in subcommands(build_parser())}
     assert {"train", "study", "start-states import", "trace-diff", "gpu-check"} <= listed
     assert "start-states" not in listed  # a group, listed by its leaves
