@@ -251,8 +251,8 @@ def _add_verify(sub) -> None:
         "point there for the bundle (make bundle RESUME=STEP)",
         cmd_resume_point,
     )
-    p.add_argument("run", metavar="GROUP/RUN")
-    p.add_argument("--step", type=int, required=True)
+    p.add_argument("run", metavar="GROUP/RUN", help="the finished run, e.g. deterministic/0")
+    p.add_argument("--step", type=int, required=True, help="the step the resume point is at")
     p.add_argument("--runs-dir", type=Path, default=workspace.RUNS)
     p.add_argument("--out-dir", type=Path, default=workspace.RESUME_POINTS)
 
@@ -319,7 +319,7 @@ def _add_trace(sub) -> None:
         metavar="STEP",
         help="the window's first step (0: from scratch)",
     )
-    p.add_argument("--updates", required=True, type=int, metavar="N")
+    p.add_argument("--updates", required=True, type=int, metavar="N", help="updates traced")
     p.add_argument(
         "--resume",
         type=Path,
@@ -332,8 +332,8 @@ def _add_trace(sub) -> None:
         "--out", type=Path, default=None, help="default build/trace/GROUP-RUN-from-STEP.jsonl"
     )
     p = sub.add_parser("trace-diff", help="the first update and op where two traces differ")
-    p.add_argument("a", type=Path)
-    p.add_argument("b", type=Path)
+    p.add_argument("a", type=Path, help="a trace (reprodqn trace --out)")
+    p.add_argument("b", type=Path, help="the other trace, of the same window")
     p.set_defaults(handler=cmd_trace_diff)
 
 
@@ -346,8 +346,8 @@ def _add_audit(sub) -> None:
         "deterministic on CUDA; check global RNGs, threads, ISA, cuBLAS, cuDNN",
         cmd_audit,
     )
-    p.add_argument("--group", default="deterministic")
-    p.add_argument("--run", type=int, default=0)
+    p.add_argument("--group", default="deterministic", help="the run whose ops are listed")
+    p.add_argument("--run", type=int, default=0, help="its index in the group")
     p.add_argument("--out", type=Path, default=workspace.RESULTS / workspace.AUDIT)
     p = _stage(
         sub,

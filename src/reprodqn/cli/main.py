@@ -251,7 +251,7 @@ def _add_run_stages(sub) -> None:
 def _add_study_stages(sub) -> None:
     """Every run of the study at once, then its report."""
     p = _stage(sub, "study", "train or evaluate every group x run of the study", cmd_study)
-    p.add_argument("stage", choices=("train", "evaluate"))
+    p.add_argument("stage", choices=("train", "evaluate"), help="the stage, for every run")
     p.add_argument(
         "--workers",
         type=positive_int,

@@ -141,7 +141,9 @@ def _add_workspace_commands(sub) -> None:
     p = sub.add_parser(
         "init", help="make a study workspace (params.yaml, dvc.yaml, start states) in DIR"
     )
-    p.add_argument("directory", nargs="?", type=Path, default=Path("."), metavar="DIR")
+    p.add_argument(
+        "directory", nargs="?", type=Path, default=Path("."), metavar="DIR", help="made if missing"
+    )
     p.set_defaults(handler=cmd_init)
     p = sub.add_parser(
         "installed", help="record the installed reprodqn in results/ (a workspace's stage)"
