@@ -202,14 +202,12 @@ def test_a_spot_check_signs_an_attestation_of_its_own_kind(shipped, tmp_path):
     """--rerun with --attest: the spot-check's in-toto Statement beside the bundle, which
     `verify BUNDLE` lists apart from replications of the whole study."""
     from reprodqn.forensics import attestation
-    from reprodqn.report.bundle import manifest_text, sha256_bytes
+    from tests.forensics.test_bundle_check import rewrite_manifest
     from tests.report.test_signing import keypair
 
     root, _ = shipped
     bundle = shutil.copytree(root, tmp_path / "reprodqn-bundle")
-    files = [path for path in sorted(bundle.rglob("*")) if path.is_file()]
-    listed = {p.relative_to(bundle).as_posix(): sha256_bytes(p.read_bytes()) for p in files}
-    (bundle / "MANIFEST.sha256").write_text(manifest_text(listed))
+    rewrite_manifest(bundle, crate=False)  # a bundle as far as --attest needs: its manifest
     key = keypair(tmp_path, "reader")
     rerun = ["--rerun", "deterministic/0", "--until", "200", "--attest", str(key)]
     out = _cli("verify", "--reference", str(bundle), *rerun, cwd=tmp_path)

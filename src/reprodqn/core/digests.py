@@ -53,9 +53,10 @@ def running_code_sha256() -> dict[str, str]:
         if not file or name == "reprodqn" or name.startswith("reprodqn."):
             continue
         path = Path(file).resolve()
-        installed = {"site-packages", "dist-packages"} & set(path.parts) or any(
-            tree == path or tree in path.parents for tree in interpreter
-        )  # a pyenv, conda env or --target folder under the script's folder is not its code
+        # a pyenv, conda env or --target folder under the script's folder is not its code
+        installed = not {"site-packages", "dist-packages"}.isdisjoint(path.parts) or any(
+            tree in path.parents for tree in interpreter
+        )
         if path.suffix == ".py" and root in path.parents and not installed and path.is_file():
             found[path.relative_to(root).as_posix()] = sha256_file(path)
     return dict(sorted(found.items()))
