@@ -29,6 +29,19 @@ def test_table1_is_best_and_final_over_runs_like_the_paper():
     assert "minibatch" in markdown.splitlines()[0]
 
 
+def test_runs_that_scored_alike_have_a_std_of_exactly_zero():
+    # numpy's float mean of three 6.4s is 6.400000000000001: a std of 8.9e-16, no bold zero,
+    # and an F-test of 0.0 instead of "one variance is zero" (the laptop reference's scores)
+    runs = [fake_run("deterministic", r, [4.09, 5.0, 6.4]) for r in range(3)]
+    runs += [fake_run("gpu", r, [4.09, 5.0, score]) for r, score in enumerate([8.15, 7.31, 10])]
+    study = {"deterministic": runs[:3], "gpu": runs[3:]}
+    table = analysis.table1(study)
+    assert table["best_mean"]["deterministic"] == runs[0].best == 6.4
+    assert table["best_std"]["deterministic"] == 0.0 == table["final_rsd"]["deterministic"]
+    zero = analysis.variance_tests(study)[0]
+    assert zero["f_statistic"] == math.inf and "one variance is zero" in zero["note"]
+
+
 def test_variance_tests_match_scipy_and_handle_zero_variance():
     tests = analysis.variance_tests(fake_study())
     pair = next(

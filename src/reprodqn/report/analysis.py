@@ -70,10 +70,19 @@ class RunResult:
 # Table 1 and variance tests
 
 
+def _spread(values: list[float], ddof: int) -> tuple[float, float]:
+    """Mean and variance; runs that scored alike have exactly their score and 0 (numpy's
+    float mean of three 6.4s is 6.400000000000001, their variance 7.9e-31). Otherwise
+    numpy's, so every report made before rebuilds to its own bytes (verify's report link)."""
+    if len(set(values)) == 1:
+        return float(values[0]), 0.0
+    return float(np.mean(values)), float(np.var(values, ddof=ddof))
+
+
 def summarize(values: list[float]) -> tuple[float, float, float]:
     """Mean, population std, relative std in percent."""
-    mean = float(np.mean(values))
-    std = float(np.std(values))
+    mean, variance = _spread(values, ddof=0)
+    std = math.sqrt(variance)
     rsd = 100.0 * std / abs(mean) if mean else (0.0 if std == 0 else math.inf)
     return mean, std, rsd
 
@@ -103,7 +112,7 @@ def variance_tests(study: dict[str, list[RunResult]]) -> list[dict]:
         values = {g: [getattr(r, kind) for r in runs if r.steps] for g, runs in study.items()}
         for a, b in itertools.combinations([g for g in values if len(values[g]) >= 2], 2):
             x, y = np.array(values[a]), np.array(values[b])
-            var_x, var_y = x.var(ddof=1), y.var(ddof=1)
+            var_x, var_y = _spread(values[a], ddof=1)[1], _spread(values[b], ddof=1)[1]
             entry: dict[str, Any] = {
                 "scores": kind,
                 "groups": [a, b],
