@@ -107,15 +107,13 @@ smoke-standard-reference:
 	cd build/smoke-standard && reprodqn bundle --reference-dir $(CURDIR)/reference/smoke-standard
 
 # The laptop study: the authors-2018 agent at the laptop scale (presets/laptop.yaml); what it
-# costs is measured in docs/laptop.md. Rerun to resume; LAPTOP=DIR puts the workspace elsewhere.
-# In the standard numerics until reference/laptop is made again in the universal ones (its
-# 18 runs are training, issue 69), so that laptop-verify compares like with like;
-# NUMERICS=universal makes the universal study.
-LAPTOP_NUMERICS = $(or $(NUMERICS),standard)
+# costs is measured in docs/laptop.md. Rerun to resume; LAPTOP=DIR puts the workspace elsewhere;
+# NUMERICS=standard makes it in the standard numerics (laptop-verify then parts from the
+# universal reference/laptop by design).
 laptop-workspace: $(STAMP)
 	$(call fill-workspace,$(LAPTOP))
 	reprodqn params --params params.yaml --preset authors-2018 --overlay presets/laptop.yaml \
-	  --set compute.numerics=$(LAPTOP_NUMERICS) \
+	  $(if $(NUMERICS),--set compute.numerics=$(NUMERICS)) \
 	  $(if $(GAME),--set env.game=$(GAME) --set evaluation.start_sequences=$(GAME_STATES)) \
 	  --out $(LAPTOP)/params.yaml
 
